@@ -1,0 +1,318 @@
+"""The configuration schema: every key, its type, its default and a one-line meaning.
+
+`conf/config.yaml` carries the same defaults (a test keeps the two equal); presets in
+`conf/experiment/` override them; `key=value` on the command line overrides both.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any, List, Optional
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+
+def opt(default: Any, help: str) -> Any:
+    """A config field with its default and its one-line meaning."""
+    if isinstance(default, (list, dict)) or is_dataclass(default):
+        factory = (lambda d=default: type(d)(d)) if not is_dataclass(default) else type(default)
+        return field(default_factory=factory, metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class TaskConfig:
+    train: List[str] = opt([], "training task names; empty = every built-in task not held out")
+    eval: List[str] = opt([], "evaluation task names; empty = the held-out built-in tasks")
+    files: List[str] = opt([], "extra YAML task files to register (see README: adding a task)")
+    secret_seed: Optional[str] = opt(None, "secret for data splits; null = a per-machine secret made once")
+    cache_dir: str = opt("~/.cache/wmrl", "host cache: leaderboards, secrets, warm-start checkpoints")
+
+
+@dataclass
+class SandboxConfig:
+    backend: str = opt("local", "where programs run: local (warm fork pool) | ray")
+    slots: int = opt(0, "executions at once; 0 = number of CPU cores")
+    isolation: str = opt("auto", "auto | bwrap | unshare | none (none must be asked for explicitly)")
+    memory_mb: int = opt(2048, "address-space limit of one execution, MiB")
+    max_procs: int = opt(32, "process/thread limit of one execution")
+    max_file_mb: int = opt(64, "largest file an execution may write, MiB")
+    output_cap_kb: int = opt(64, "stdout/stderr kept per execution, KiB (the rest is dropped)")
+    timeout_scale: float = opt(1.0, "multiplier on every task's time limit")
+    retries: int = opt(1, "retries of an execution lost to the sandbox itself before infra_error")
+
+
+@dataclass
+class PolicyConfig:
+    model: Optional[str] = opt(None, "Hugging Face id or local path; null = tiny model built from config")
+    arch: str = opt("qwen2", "architecture of the built-in policy: qwen2 | llama")
+    hidden_size: int = opt(128, "built-in policy: hidden size")
+    layers: int = opt(4, "built-in policy: transformer layers")
+    heads: int = opt(4, "built-in policy: attention heads")
+    vocab_size: int = opt(2048, "built-in policy: BPE vocabulary size of the offline tokenizer")
+    max_length: int = opt(1024, "built-in policy: longest sequence (prompt + completions + feedback)")
+    warm_start: bool = opt(True, "supervised warm start on the grammar corpus before RL (cached)")
+    sft_examples: int = opt(3000, "warm start: demonstrations sampled from the grammar")
+    sft_epochs: int = opt(2, "warm start: passes over the demonstrations")
+    sft_lr: float = opt(1e-3, "warm start: learning rate")
+    sft_batch_size: int = opt(32, "warm start: batch size")
+    sft_invalid_rate: float = opt(0.2, "warm start: share of demonstrations with broken programs")
+
+
+@dataclass
+class GenerationConfig:
+    backend: str = opt("hf", "hf (transformers generate, CPU or GPU) | vllm (GPU, optional extra)")
+    temperature: float = opt(1.0, "sampling temperature")
+    top_p: float = opt(1.0, "nucleus sampling threshold")
+    max_new_tokens: int = opt(96, "longest completion per turn, tokens")
+
+
+@dataclass
+class RolloutConfig:
+    groups_per_step: int = opt(8, "task prompts per training step")
+    group_size: int = opt(8, "completions per prompt (the GRPO group)")
+    turns: int = opt(2, "forced turns per trajectory; reward = max over turns")
+
+
+@dataclass
+class RLConfig:
+    steps: int = opt(30, "training steps (rollout batches)")
+    loss: str = opt("grpo", "grpo (per-sequence token mean) | dr_grpo (constant normaliser)")
+    scale_rewards: str = opt("group", "advantage scale: group std | batch std | none")
+    clip_eps: float = opt(0.2, "PPO clip range of the importance ratio")
+    kl_beta: float = opt(0.0, "weight of the KL penalty to the frozen reference policy")
+    updates_per_batch: int = opt(1, "optimizer updates per rollout batch")
+    lr: float = opt(2e-4, "policy learning rate (AdamW)")
+    weight_decay: float = opt(0.0, "AdamW weight decay")
+    grad_clip: float = opt(1.0, "gradient-norm clip")
+    micro_batch_size: int = opt(32, "trajectories per forward/backward pass")
+
+
+@dataclass
+class EnvConfig:
+    mode: str = opt("wm", "sandbox: every group executed | wm: world model with real anchors")
+    anchor_rate: float = opt(0.25, "wm mode: share of groups executed for real and scored by the WM")
+    warmup_steps: int = opt(3, "wm mode: first steps executed for real to train the world model")
+    anchor_selection: str = opt("random", "how anchor groups are chosen: random")
+
+
+@dataclass
+class WorldModelConfig:
+    init: Optional[str] = opt(None, "path of a fitted world model to start from")
+    members: int = opt(4, "bootstrapped ensemble members")
+    d_model: int = opt(64, "member width")
+    layers: int = opt(2, "member transformer layers")
+    heads: int = opt(4, "member attention heads")
+    max_tokens: int = opt(256, "longest tokenized (task, program) input")
+    lr: float = opt(1e-3, "learning rate")
+    updates_per_step: int = opt(20, "gradient updates per training step")
+    batch_size: int = opt(64, "examples per update")
+    replay_size: int = opt(4096, "bounded replay of real executions")
+
+
+@dataclass
+class DebiasConfig:
+    method: str = opt("isotonic", "isotonic (monotone map, the paper) | offset (weighted rectifier)")
+    min_pairs: int = opt(16, "isotonic: identity until this many anchor pairs")
+    refit_every: int = opt(8, "isotonic: refit after this many new pairs")
+    buffer_size: int = opt(512, "FIFO of anchor pairs")
+    half_life: float = opt(64.0, "offset: half-life of the bias estimate, in pairs")
+    stratify_by: List[str] = opt(["action_class"], "strata keys (task, action_class, status); [] = one global fit")
+    kappa: float = opt(8.0, "shrinkage of a stratum toward the global fit, in pseudo-pairs")
+    correct_observations: bool = opt(True, "also correct the predicted score shown to the agent")
+
+
+@dataclass
+class DenoiseConfig:
+    method: str = opt("inverse_variance", "anchor_upweight (the paper) | inverse_variance")
+    c: float = opt(1.0, "anchor_upweight: w = clip(1 + c*s^2, 1, w_max)")
+    ema: float = opt(0.9, "anchor_upweight: EMA factor of the residual s^2")
+    sigma_floor: float = opt(0.05, "inverse_variance: real-execution noise floor (reward std)")
+    w_min: float = opt(0.2, "smallest weight after normalisation")
+    w_max: float = opt(3.0, "largest weight after normalisation")
+
+
+@dataclass
+class CallbacksConfig:
+    debias: Optional[DebiasConfig] = opt(DebiasConfig(), "online debiasing; null removes it")
+    denoise: Optional[DenoiseConfig] = opt(DenoiseConfig(), "inverse-variance denoising; null removes it")
+
+
+@dataclass
+class EvalConfig:
+    every_n_steps: int = opt(10, "evaluate on held-out tasks every N steps (and at the end)")
+    samples_per_task: int = opt(8, "completions per held-out task")
+    split: str = opt("test", "split scored in evaluation: test (hidden) | val")
+    temperature: float = opt(1.0, "sampling temperature in evaluation")
+    at_start: bool = opt(True, "also evaluate the warm-start policy before step 1")
+
+
+@dataclass
+class LoggerConfig:
+    tracking_uri: str = opt("sqlite:///mlruns.db", "MLflow tracking store (sqlite file by default)")
+    experiment_name: str = opt("wmrl", "MLflow experiment")
+    run_name: Optional[str] = opt(None, "MLflow run name; null = preset name and time")
+    samples_per_eval: int = opt(16, "sample trajectories saved as an artifact per evaluation")
+
+
+@dataclass
+class TrainerConfig:
+    accelerator: str = opt("auto", "Lightning accelerator")
+    devices: str = opt("1", "Lightning devices")
+    strategy: str = opt("auto", "Lightning strategy (e.g. ddp on several GPUs)")
+    precision: str = opt("32-true", "Lightning precision")
+    progress_bar: bool = opt(True, "show the progress bar")
+
+
+@dataclass
+class Config:
+    name: str = opt("wmrl", "preset name, used in run names")
+    seed: int = opt(0, "seed of every random stream")
+    run_dir: str = opt("runs", "where run directories are made")
+    resume: Optional[str] = opt(None, "checkpoint path, or `last` for the newest run of this preset")
+    threads: int = opt(0, "torch threads in the trainer; 0 = torch's default")
+    task: TaskConfig = opt(TaskConfig(), "")
+    sandbox: SandboxConfig = opt(SandboxConfig(), "")
+    policy: PolicyConfig = opt(PolicyConfig(), "")
+    generation: GenerationConfig = opt(GenerationConfig(), "")
+    rollout: RolloutConfig = opt(RolloutConfig(), "")
+    rl: RLConfig = opt(RLConfig(), "")
+    env: EnvConfig = opt(EnvConfig(), "")
+    world_model: WorldModelConfig = opt(WorldModelConfig(), "")
+    callbacks: CallbacksConfig = opt(CallbacksConfig(), "")
+    eval: EvalConfig = opt(EvalConfig(), "")
+    logger: LoggerConfig = opt(LoggerConfig(), "")
+    trainer: TrainerConfig = opt(TrainerConfig(), "")
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used; the message names the key and what was expected."""
+
+
+def describe(schema: type = Config, prefix: str = "") -> list[tuple[str, str, str, str]]:
+    """(key, type, default, meaning) for every leaf key, in schema order."""
+    rows = []
+    for f in fields(schema):
+        key = f"{prefix}{f.name}"
+        default = f.default_factory() if f.default is MISSING else f.default
+        inner = _dataclass_of(f.type)
+        if inner is not None:
+            if f.metadata.get("help"):
+                rows.append((key, "section", "{...}" if default is not None else "null", f.metadata["help"]))
+            rows.extend(describe(inner, key + "."))
+        else:
+            rows.append((key, _type_name(f.type), OmegaConf.to_yaml({"v": default}).strip()[3:], f.metadata.get("help", "")))
+    return rows
+
+
+def _dataclass_of(tp: Any) -> type | None:
+    tp = _resolve(tp)
+    for cand in [tp, *getattr(tp, "__args__", ())]:
+        if is_dataclass(cand):
+            return cand
+    return None
+
+
+def _resolve(tp: Any) -> Any:
+    if isinstance(tp, str):
+        import typing
+
+        return eval(tp, {**vars(typing), **globals()})  # annotations are strings under `from __future__`
+    return tp
+
+
+def _type_name(tp: Any) -> str:
+    tp = _resolve(tp)
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def leaf_keys(schema: type = Config) -> list[str]:
+    return [k for k, t, _, _ in describe(schema)]
+
+
+def _closest(key: str) -> str:
+    keys = leaf_keys() + [k for k, t, _, _ in describe() if t == "section"]
+    last = key.split(".")[-1]
+    near = difflib.get_close_matches(key, keys, n=3, cutoff=0.5)
+    near += [k for k in difflib.get_close_matches(last, [k.split(".")[-1] for k in keys], n=3, cutoff=0.6)
+             for k in [next(x for x in keys if x.split(".")[-1] == k)] if k not in near]
+    return ", ".join(near[:4]) if near else "see `python train.py --help`"
+
+
+def presets() -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
+
+
+def load_config(overrides: list[str] | None = None, experiment: str | None = None) -> DictConfig:
+    """Schema defaults <- conf/config.yaml <- conf/experiment/NAME.yaml <- dotlist overrides."""
+    overrides = list(overrides or [])
+    rest = []
+    for o in overrides:
+        if o.startswith("experiment="):
+            experiment = o.split("=", 1)[1]
+        else:
+            rest.append(o)
+    for o in rest:
+        if "=" not in o:
+            raise ConfigError(f"override {o!r} is not key=value")
+    cfg = OmegaConf.structured(Config)
+    layers: list[tuple[str, Any]] = [("conf/config.yaml", OmegaConf.load(CONF_DIR / "config.yaml"))]
+    if experiment:
+        path = CONF_DIR / "experiment" / f"{experiment}.yaml"
+        if not path.exists():
+            near = difflib.get_close_matches(experiment, presets(), n=3)
+            raise ConfigError(f"unknown experiment {experiment!r}; presets: {', '.join(presets())}"
+                              + (f" (closest: {', '.join(near)})" if near else ""))
+        layers.append((f"experiment={experiment}", OmegaConf.load(path)))
+    layers.append(("command line", OmegaConf.from_dotlist(rest)))
+    for origin, layer in layers:
+        try:
+            cfg = OmegaConf.merge(cfg, layer)
+        except ConfigKeyError as e:
+            key = e.full_key or str(e.key)
+            raise ConfigError(f"unknown config key {key!r} (from {origin}); closest valid keys: {_closest(key)}") from None
+        except ValidationError as e:
+            key = e.full_key or str(e.key)
+            want = next((t for k, t, _, _ in describe() if k == key), "?")
+            raise ConfigError(f"config key {key!r} (from {origin}) expects {want}, got {e.msg.split(':')[-1].strip()}") from None
+        except OmegaConfBaseException as e:
+            raise ConfigError(f"bad config (from {origin}): {e}") from None
+    _check_choices(cfg)
+    OmegaConf.set_readonly(cfg, False)
+    return cfg
+
+
+CHOICES = {
+    "sandbox.backend": ("local", "ray"),
+    "sandbox.isolation": ("auto", "bwrap", "unshare", "none"),
+    "policy.arch": ("qwen2", "llama"),
+    "generation.backend": ("hf", "vllm"),
+    "rl.loss": ("grpo", "dr_grpo"),
+    "rl.scale_rewards": ("group", "batch", "none"),
+    "env.mode": ("sandbox", "wm"),
+    "env.anchor_selection": ("random",),
+    "callbacks.debias.method": ("isotonic", "offset"),
+    "callbacks.denoise.method": ("anchor_upweight", "inverse_variance"),
+    "eval.split": ("test", "val"),
+}
+STRATA_KEYS = ("task", "action_class", "status")
+
+
+def _check_choices(cfg: DictConfig) -> None:
+    for key, allowed in CHOICES.items():
+        value = OmegaConf.select(cfg, key)
+        if value is not None and value not in allowed:
+            raise ConfigError(f"config key {key!r} must be one of {', '.join(allowed)}; got {value!r}")
+    if cfg.callbacks.debias is not None:
+        for k in cfg.callbacks.debias.stratify_by:
+            if k not in STRATA_KEYS:
+                raise ConfigError(f"callbacks.debias.stratify_by: unknown stratum {k!r}; valid: {', '.join(STRATA_KEYS)}")
+    if not 0.0 <= cfg.env.anchor_rate <= 1.0:
+        raise ConfigError(f"env.anchor_rate must be in [0, 1]; got {cfg.env.anchor_rate}")
+    for key in ("rollout.groups_per_step", "rollout.group_size", "rollout.turns", "rl.steps", "rl.updates_per_batch"):
+        if OmegaConf.select(cfg, key) < 1:
+            raise ConfigError(f"config key {key!r} must be >= 1; got {OmegaConf.select(cfg, key)}")
