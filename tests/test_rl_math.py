@@ -1,0 +1,128 @@
+"""Group advantages and the clipped policy loss, against values computed by hand."""
+import math
+
+import pytest
+import torch
+
+from wmrl.rl import group_advantages, policy_loss, token_entropy
+
+
+def test_group_advantages_standardise_within_each_group():
+    reward = torch.tensor([1.0, 0.0, 0.5, 0.5, 0.2, 0.4])
+    groups = torch.tensor([0, 0, 1, 1, 2, 2])
+    adv = group_advantages(reward, groups, eps=1e-12)
+    # group 0: mean 0.5, population std 0.5 -> +1, -1; group 1: no variance -> 0; group 2: mean 0.3, std 0.1
+    assert torch.allclose(adv, torch.tensor([1.0, -1.0, 0.0, 0.0, -1.0, 1.0]), atol=1e-6)
+
+
+def test_zero_variance_group_gives_zero_not_nan_under_every_scale():
+    reward = torch.tensor([0.3, 0.3, 0.3, 1.0, 0.0])
+    groups = torch.tensor([7, 7, 7, 9, 9])
+    for scale in ("group", "batch", "none"):
+        adv = group_advantages(reward, groups, scale=scale)
+        assert torch.isfinite(adv).all()
+        assert torch.equal(adv[:3], torch.zeros(3))
+
+
+def test_batch_and_none_scales():
+    reward = torch.tensor([1.0, 0.0, 0.0, 0.0])
+    groups = torch.tensor([0, 0, 1, 1])
+    none = group_advantages(reward, groups, scale="none")
+    assert torch.allclose(none, torch.tensor([0.5, -0.5, 0.0, 0.0]))
+    batch = group_advantages(reward, groups, scale="batch", eps=0.0)
+    batch_std = math.sqrt(0.25 * 0.75)  # rewards {1,0,0,0}: mean 0.25
+    assert torch.allclose(batch, torch.tensor([0.5, -0.5, 0.0, 0.0]) / batch_std)
+
+
+def test_weighted_baseline_and_invalid_rows():
+    reward = torch.tensor([1.0, 0.0, float("nan")])
+    groups = torch.tensor([0, 0, 0])
+    weight = torch.tensor([3.0, 1.0, 1.0])
+    valid = torch.tensor([True, True, False])
+    adv = group_advantages(reward, groups, weight=weight, valid=valid, scale="none")
+    # weighted mean = (3*1 + 1*0) / 4 = 0.75; the invalid NaN row neither counts nor gets an advantage
+    assert torch.allclose(adv, torch.tensor([0.25, -0.75, 0.0]))
+    std = math.sqrt((3 * 0.25**2 + 1 * 0.75**2) / 4)
+    adv = group_advantages(reward, groups, weight=weight, valid=valid, eps=0.0)
+    assert torch.allclose(adv, torch.tensor([0.25 / std, -0.75 / std, 0.0]))
+
+
+def _tokens(values):
+    return torch.tensor(values, dtype=torch.float32)
+
+
+def test_policy_loss_on_policy_equals_minus_mean_advantage_over_masked_tokens():
+    logp = _tokens([[-1.0, -2.0, -9.0], [-1.0, -1.0, -1.0]])
+    mask = _tokens([[1, 1, 0], [1, 1, 1]])
+    adv = torch.tensor([2.0, -1.0])
+    loss, stats = policy_loss(logp, logp.clone(), adv, mask)
+    assert loss.item() == pytest.approx((-2.0 + 1.0) / 2)
+    assert stats["ratio_mean"].item() == pytest.approx(1.0)
+    assert stats["clip_fraction"].item() == 0.0
+    assert stats["approx_kl"].item() == pytest.approx(0.0)
+
+
+def test_clipping_active_and_inactive():
+    old = torch.zeros(1, 1)
+    mask = torch.ones(1, 1)
+    up = torch.full((1, 1), math.log(1.5))  # ratio 1.5, outside [0.8, 1.2]
+    # positive advantage: the clipped term 1.2·A is the min -> clipped, no gradient
+    loss, stats = policy_loss(up.clone().requires_grad_(), old, torch.tensor([1.0]), mask)
+    assert loss.item() == pytest.approx(-1.2)
+    assert stats["clip_fraction"].item() == 1.0
+    # negative advantage: the unclipped term 1.5·A is the min -> pessimistic, gradient kept
+    lp = up.clone().requires_grad_()
+    loss, stats = policy_loss(lp, old, torch.tensor([-1.0]), mask)
+    assert loss.item() == pytest.approx(1.5)
+    assert stats["clip_fraction"].item() == 0.0
+    loss.backward()
+    assert lp.grad.item() == pytest.approx(1.5)  # d(ρ)/d(logπ) = ρ
+    # inside the trust region nothing is clipped
+    loss, stats = policy_loss(torch.full((1, 1), math.log(1.1)), old, torch.tensor([1.0]), mask)
+    assert loss.item() == pytest.approx(-1.1)
+    assert stats["clip_fraction"].item() == 0.0
+
+
+def test_masked_tokens_do_not_matter():
+    old = torch.zeros(1, 3)
+    mask = _tokens([[1, 1, 0]])
+    a, _ = policy_loss(_tokens([[0.1, -0.1, 50.0]]), old, torch.tensor([1.0]), mask)
+    b, _ = policy_loss(_tokens([[0.1, -0.1, -50.0]]), old, torch.tensor([1.0]), mask)
+    assert a.item() == b.item()
+
+
+def test_grpo_and_dr_grpo_differ_on_unequal_lengths():
+    logp = torch.zeros(2, 4)
+    mask = _tokens([[1, 0, 0, 0], [1, 1, 1, 1]])
+    adv = torch.tensor([1.0, 1.0])
+    grpo, _ = policy_loss(logp, logp, adv, mask, loss_type="grpo")
+    dr, _ = policy_loss(logp, logp, adv, mask, loss_type="dr_grpo")
+    dr8, _ = policy_loss(logp, logp, adv, mask, loss_type="dr_grpo", max_tokens=8)
+    assert grpo.item() == pytest.approx(-1.0)  # each sequence: mean of its own tokens
+    assert dr.item() == pytest.approx(-(1 / 4 + 4 / 4) / 2)  # sum / mask width
+    assert dr8.item() == pytest.approx(-(1 / 8 + 4 / 8) / 2)
+
+
+def test_weights_scale_each_sequence_and_empty_rows_do_not_dilute():
+    logp = torch.zeros(3, 2)
+    mask = _tokens([[1, 1], [1, 0], [0, 0]])
+    adv = torch.tensor([1.0, -1.0, 5.0])
+    loss, _ = policy_loss(logp, logp, adv, mask, weight=torch.tensor([2.0, 0.5, 1.0]))
+    assert loss.item() == pytest.approx((-2.0 + 0.5) / 2)
+
+
+def test_k3_kl_penalty():
+    logp = torch.zeros(1, 2)
+    ref = _tokens([[math.log(2.0), 0.0]])
+    mask = torch.ones(1, 2)
+    loss, stats = policy_loss(logp, logp, torch.tensor([0.0]), mask, ref_logprobs=ref, kl_beta=0.5)
+    k3 = 2.0 - math.log(2.0) - 1.0  # e^Δ - Δ - 1 at Δ = log 2; 0 on the second token
+    assert stats["kl"].item() == pytest.approx(k3 / 2)
+    assert loss.item() == pytest.approx(0.5 * k3 / 2)
+
+
+def test_token_entropy():
+    logits = torch.zeros(1, 2, 4)
+    logits[0, 1] = torch.tensor([100.0, 0.0, 0.0, 0.0])  # near one-hot: entropy ~ 0
+    assert token_entropy(logits, _tokens([[1, 0]])).item() == pytest.approx(math.log(4))
+    assert token_entropy(logits, _tokens([[1, 1]])).item() == pytest.approx(math.log(4) / 2, abs=1e-4)
