@@ -227,7 +227,9 @@ def _resolve(tp: Any) -> Any:
 
 def _type_name(tp: Any) -> str:
     tp = _resolve(tp)
-    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+    if getattr(tp, "__args__", None):
+        return str(tp).replace("typing.", "").replace("NoneType", "None")
+    return getattr(tp, "__name__", str(tp))
 
 
 def leaf_keys(schema: type = Config) -> list[str]:
@@ -278,7 +280,7 @@ def load_config(overrides: list[str] | None = None, experiment: str | None = Non
         except ValidationError as e:
             key = e.full_key or str(e.key)
             want = next((t for k, t, _, _ in describe() if k == key), "?")
-            raise ConfigError(f"config key {key!r} (from {origin}) expects {want}, got {e.msg.split(':')[-1].strip()}") from None
+            raise ConfigError(f"config key {key!r} (from {origin}) expects {want}: {e.msg.splitlines()[0]}") from None
         except OmegaConfBaseException as e:
             raise ConfigError(f"bad config (from {origin}): {e}") from None
     _check_choices(cfg)
