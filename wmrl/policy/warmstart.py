@@ -1,0 +1,120 @@
+"""Warm start: supervised fine-tuning on grammar demonstrations rendered in the exact multi-turn
+format the policy meets in RL (prompt, program, feedback, program), trained through Lightning and
+cached, so that RL starts from a policy that writes programs — including the broken ones RL must fix.
+
+Feedback in the demonstrations follows from how each program was built (a broken program gets the
+status its breakage causes; a sound one a valid status with a random score): it is context only,
+masked from the loss, and it costs no executions.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import random
+from pathlib import Path
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader
+
+from wmrl.outcome import Outcome, Status, render_observation
+from wmrl.policy import grammar
+
+_BROKEN_STATUS = {"syntax": Status.SYNTAX_ERROR, "no_build": Status.MALFORMED, "bad_param": Status.RUNTIME_ERROR,
+                  "returns_none": Status.NO_VALID_OUTPUT}
+
+
+def _feedback(sample: grammar.Sample, task, rng: random.Random) -> str:
+    if sample.broken == "wrong_kind":
+        status = Status.RUNTIME_ERROR if task.kind == "regression" else Status.NO_VALID_OUTPUT
+    else:
+        status = _BROKEN_STATUS.get(sample.broken, Status.VALID)
+    if status is Status.VALID:
+        pos = rng.random()
+        return render_observation(Outcome(task.name, status, task.metric, value=rng.uniform(0.3, 0.95), pos=pos))
+    return render_observation(Outcome(task.name, status, task.metric, stderr_tail="Error"))
+
+
+def demonstrations(tasks: list, chat, n: int, turns: int, broken_rate: float, seed: int) -> list[tuple[list[int], list[float]]]:
+    """(token ids, loss mask) of n grammar trajectories over `tasks`."""
+    rng = random.Random(seed)
+    eos = chat.eos_ids[0] if chat.builtin else chat.tok.eos_token_id
+    prompts = {t.name: chat.prompt_ids(t.prompt()) for t in tasks}
+    out = []
+    for _ in range(n):
+        task = rng.choice(tasks)
+        ids = list(prompts[task.name])
+        mask = [0.0] * len(ids)
+        for turn in range(turns):
+            sample = grammar.sample_program(task.kind, rng, broken_rate)
+            prog = chat.tok(sample.source, add_special_tokens=False)["input_ids"] + [eos]
+            ids += prog
+            mask += [1.0] * len(prog)
+            if turn < turns - 1:
+                obs = chat.observation_ids(chat.observation_text(_feedback(sample, task, rng)))
+                ids += obs
+                mask += [0.0] * len(obs)
+        out.append((ids, mask))
+    return out
+
+
+def _collate(pad_id: int):
+    def collate(rows):
+        width = max(len(ids) for ids, _ in rows)
+        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width))
+        attn = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, (r, m) in enumerate(rows):
+            ids[i, :len(r)], mask[i, :len(m)], attn[i, :len(r)] = torch.tensor(r), torch.tensor(m), 1
+        return ids, attn, mask
+    return collate
+
+
+class SFTModule(L.LightningModule):
+    def __init__(self, policy, lr: float, total_steps: int):
+        super().__init__()
+        self.policy, self.lr, self.total_steps = policy, lr, total_steps
+
+    def training_step(self, batch, batch_idx):
+        ids, attn, mask = batch
+        logits = self.policy(input_ids=ids, attention_mask=attn).logits[:, :-1]
+        nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none")
+        m = mask[:, 1:].reshape(-1)
+        loss = (nll * m).sum() / m.sum().clamp_min(1)
+        self.log("sft/loss", loss, prog_bar=True)
+        return loss
+
+    def configure_optimizers(self):
+        opt = torch.optim.AdamW(self.policy.parameters(), lr=self.lr)
+        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=self.lr, total_steps=max(2, self.total_steps), pct_start=0.1)
+        return [opt], [{"scheduler": sched, "interval": "step"}]
+
+
+def warm_start_key(policy_cfg, tokenizer_files: str, tasks: list, turns: int, seed: int) -> str:
+    fields = {k: policy_cfg[k] for k in policy_cfg}
+    blob = json.dumps([fields, tokenizer_files, sorted(t.prompt() for t in tasks), turns, seed,
+                       inspect.getsource(grammar), inspect.getsource(demonstrations)], sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def warm_start(policy, chat, tasks: list, policy_cfg, turns: int, seed: int, cache_dir: Path, key: str,
+               progress: bool = True) -> dict:
+    """Fine-tune `policy` in place, or load the cached result; returns {"cached": bool, "loss": float}."""
+    path = Path(cache_dir).expanduser() / "warmstart" / f"{key}.pt"
+    if path.exists():
+        policy.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+        return {"cached": True, "path": str(path)}
+    rows = demonstrations(tasks, chat, policy_cfg.sft_examples, turns, policy_cfg.sft_invalid_rate, seed)
+    loader = DataLoader(rows, batch_size=policy_cfg.sft_batch_size, shuffle=True, collate_fn=_collate(chat.tok.pad_token_id),
+                        generator=torch.Generator().manual_seed(seed))
+    steps = len(loader) * policy_cfg.sft_epochs
+    module = SFTModule(policy, policy_cfg.sft_lr, steps)
+    trainer = L.Trainer(max_epochs=policy_cfg.sft_epochs, logger=False, enable_checkpointing=False, accelerator="auto",
+                        devices=1, enable_progress_bar=progress, enable_model_summary=False, gradient_clip_val=1.0)
+    trainer.fit(module, loader)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save(policy.state_dict(), tmp)
+    tmp.replace(path)  # atomic: a killed warm start never leaves a half-written cache entry
+    return {"cached": False, "path": str(path), "loss": float(trainer.callback_metrics.get("sft/loss", float("nan")))}
