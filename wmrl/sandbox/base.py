@@ -1,0 +1,54 @@
+"""The `Sandbox` protocol every backend offers (local warm pool now, Ray later), and its factory."""
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+from wmrl.outcome import Outcome
+
+
+@dataclass
+class ExecRequest:
+    """One program to run on one task split. `meta` holds free-form tags (step, group,
+    trajectory ids...) recorded with the execution in the log."""
+
+    task: Any  # a wmrl.tasks Task: name, time_limit_s, inputs(split), fingerprint(), judge(raw, split)
+    program: str
+    split: str = "val"
+    meta: dict = field(default_factory=dict)
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """Runs agent programs in isolation and returns judged outcomes, in request order."""
+
+    slots: int  # executions that can run at once
+
+    def submit(self, requests: Sequence[ExecRequest]) -> "Future[list[Outcome]]":
+        """Queue the requests; the future resolves to their outcomes in request order."""
+        ...
+
+    def run(self, requests: Sequence[ExecRequest]) -> list[Outcome]:
+        """submit(requests).result()"""
+        ...
+
+    def close(self) -> None:
+        """Stop every worker; idempotent."""
+        ...
+
+    def __enter__(self) -> "Sandbox": ...
+
+    def __exit__(self, *exc: Any) -> None: ...
+
+
+def make_sandbox(sandbox_cfg: Any, log_path: str | None = None) -> Sandbox:
+    """The backend named by `sandbox.backend`, built from the `sandbox` config section."""
+    backend = getattr(sandbox_cfg, "backend", "local")
+    if backend == "local":
+        from wmrl.sandbox.local import LocalSandbox
+
+        return LocalSandbox(sandbox_cfg, log_path=log_path)
+    if backend == "ray":
+        raise NotImplementedError("sandbox.backend=ray is not implemented yet; use sandbox.backend=local")
+    raise ValueError(f"unknown sandbox.backend={backend!r}; valid: local, ray")

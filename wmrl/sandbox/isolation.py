@@ -1,0 +1,175 @@
+"""How a worker is walled off: detecting what this machine allows and building the command.
+
+`bwrap` builds a new root from read-only binds of the system and the Python environment
+only, so the repo, run directories and host cache are simply absent; `unshare` reuses the
+host tree in a fresh mount namespace, made read-only with the secret paths covered by tmpfs.
+Both add no network, a private pid/ipc/uts namespace and a private tmpfs /tmp for scratch.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ZYGOTE = Path(__file__).resolve().parent / "_zygote.py"
+ZYGOTE_IN_SANDBOX = "/opt/wmrl/zygote.py"
+ETC_ESSENTIALS = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf", "passwd", "group",
+                  "hosts", "host.conf", "alternatives", "mime.types", "ssl/certs")
+SYSTEM_DIRS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/opt/conda")
+MODES = ("bwrap", "unshare", "none")
+UID_BASE = 60000  # slot k runs its programs as uid UID_BASE + k
+
+
+class IsolationUnavailable(RuntimeError):
+    """The requested isolation cannot be set up on this machine."""
+
+
+def python_roots() -> list[str]:
+    """Directories the sandboxed interpreter needs: its prefixes and the scientific packages."""
+    roots = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
+    for mod in ("numpy", "scipy", "sklearn", "pandas", "joblib", "threadpoolctl"):
+        spec = importlib.util.find_spec(mod)
+        if spec and spec.origin:
+            roots.add(os.path.realpath(Path(spec.origin).parent.parent))
+    roots.add(os.path.realpath(Path(sys.executable).parent))
+    kept = []
+    for r in sorted(roots, key=len):  # drop roots nested in one already kept
+        if not any(r == k or r.startswith(k + os.sep) for k in kept) and not _under_system(r):
+            kept.append(r)
+    return kept
+
+
+def _under_system(path: str) -> bool:
+    return any(path == d or path.startswith(d + os.sep) for d in ("/usr", "/lib", "/lib64", "/bin"))
+
+
+def hidden_paths() -> list[str]:
+    """Paths a program must not read even though their parent is visible: scikit-learn's
+    bundled datasets (they would leak held-out labels of built-in tasks)."""
+    spec = importlib.util.find_spec("sklearn")
+    if not spec or not spec.origin:
+        return []
+    base = Path(spec.origin).parent / "datasets"
+    return [str(p) for p in (base / "data", base / "descr", base / "images") if p.is_dir()]
+
+
+@functools.lru_cache(maxsize=None)
+def _works(mode: str) -> tuple[bool, str]:
+    """Try the mode for real once (a no-op program inside it); the answer is cached."""
+    argv = command(mode, {"uid": UID_BASE}, probe=True)
+    try:
+        r = subprocess.run(argv, capture_output=True, timeout=30, env=_base_env())
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return False, str(e)
+    ok = r.returncode == 0 and b"probe-ok" in r.stdout
+    return ok, "" if ok else (r.stderr.decode(errors="replace").strip()[-300:] or f"exit {r.returncode}")
+
+
+def available(mode: str) -> tuple[bool, str]:
+    """(usable, why not) for bwrap or unshare on this machine."""
+    if mode == "none":
+        return True, ""
+    if shutil.which(mode) is None:
+        return False, f"`{mode}` is not installed"
+    return _works(mode)
+
+
+def choose(requested: str) -> str:
+    """The isolation mode to use; `auto` picks bwrap, then unshare, and refuses if neither works."""
+    if requested not in ("auto", *MODES):
+        raise IsolationUnavailable(f"unknown sandbox.isolation={requested!r}; valid: auto, {', '.join(MODES)}")
+    candidates = ["bwrap", "unshare"] if requested == "auto" else [requested]
+    reasons = []
+    for mode in candidates:
+        ok, why = available(mode)
+        if ok:
+            return mode
+        reasons.append(f"{mode}: {why}")
+    raise IsolationUnavailable(
+        "cannot isolate agent programs on this machine (" + "; ".join(reasons) + "). Install bubblewrap "
+        "(apt-get install bubblewrap) or allow unprivileged namespaces; to run programs WITHOUT isolation "
+        "(unsafe: they can read and write your files and use the network) set sandbox.isolation=none explicitly.")
+
+
+def _base_env() -> dict:
+    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONNOUSERSITE": "1", "PYTHONSAFEPATH": "1"}
+
+
+def zygote_env() -> dict:
+    """The whole environment of a worker: no host variable reaches the sandbox."""
+    return _base_env()
+
+
+def command(mode: str, zygote_cfg: dict, probe: bool = False, scratch_mb: int = 512) -> list[str]:
+    """argv that starts the zygote (or, with probe=True, a trivial check) inside `mode`."""
+    import json
+
+    py = os.path.realpath(sys.executable)
+    if probe:
+        # as the unprivileged uid, reach the interpreter's packages (a 0700 parent would block them)
+        payload = ["-c", "import os; os.setgroups([]); os.setgid(%d); os.setuid(%d); import numpy; print('probe-ok')"
+                   % (UID_BASE, UID_BASE)]
+    else:
+        zygote = ZYGOTE_IN_SANDBOX if mode == "bwrap" else str(ZYGOTE)
+        payload = ["-I", "-B", zygote, json.dumps(dict(zygote_cfg, mounts="unshare" if mode == "unshare" else "none",
+                                                       hide=hidden_paths() + _unshare_hidden(mode),
+                                                       scratch_mb=scratch_mb))]
+    if mode == "none":
+        return [py, *payload]
+    if mode == "unshare":
+        return ["unshare", "--net", "--mount", "--pid", "--ipc", "--uts", "--fork", "--kill-child",
+                "--mount-proc", py, *payload]
+    if mode != "bwrap":
+        raise ValueError(mode)
+    argv = ["bwrap", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--die-with-parent", "--new-session", "--clearenv", "--hostname", "sandbox"]
+    for k, v in _base_env().items():
+        argv += ["--setenv", k, v]
+    for d in SYSTEM_DIRS:
+        if os.path.islink(d):
+            argv += ["--symlink", os.readlink(d), d]
+        elif os.path.isdir(d):
+            argv += ["--ro-bind", d, d]
+    for name in ETC_ESSENTIALS:
+        if os.path.exists(f"/etc/{name}"):
+            argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+    for root in python_roots():
+        argv += _mkdirs_0755(root) + ["--ro-bind", root, root]
+    for hidden in hidden_paths():
+        argv += ["--perms", "0755", "--tmpfs", hidden, "--remount-ro", hidden]
+    argv += ["--size", str(scratch_mb << 20), "--perms", "0755", "--tmpfs", "/tmp", "--proc", "/proc", "--dev", "/dev"]
+    if not probe:
+        argv += ["--ro-bind", str(ZYGOTE), ZYGOTE_IN_SANDBOX]
+    argv += ["--chdir", "/tmp", py, *payload]
+    return argv
+
+
+def _mkdirs_0755(path: str) -> list[str]:
+    """bwrap creates missing parents with the host's modes (e.g. /root is 0700), which would stop
+    the unprivileged child from reaching the interpreter; create them 0755 first."""
+    out = []
+    parts = Path(path).parts[1:-1]
+    for i in range(1, len(parts) + 1):
+        d = "/" + "/".join(parts[:i])
+        if _under_system(d) or d in ("/etc", "/tmp", "/proc", "/dev"):
+            continue
+        out += ["--perms", "0755", "--dir", d]
+    return out
+
+
+def _unshare_hidden(mode: str) -> list[str]:
+    """In unshare mode the host tree stays visible: cover the places that hold secrets or runs."""
+    if mode != "unshare":
+        return []
+    from wmrl.config import TaskConfig
+
+    repo = str(Path(__file__).resolve().parents[2])
+    cache = os.path.expanduser(TaskConfig.cache_dir if isinstance(TaskConfig.cache_dir, str) else "~/.cache/wmrl")
+    return [p for p in {repo, cache, os.path.expanduser("~/.cache"), os.getcwd(), "/home", "/work", "/mnt", "/media",
+                        "/srv", "/var/lib", "/var/log", "/run/secrets"} if os.path.isdir(p) and not any(
+        r == p or r.startswith(p + os.sep) for r in python_roots())]

@@ -1,0 +1,385 @@
+"""The local backend: a warm pool of isolated zygote workers, one per slot.
+
+Each worker is started once inside the isolation, imports the scientific stack once, and
+forks a fresh child per program, so an execution costs a fork instead of an interpreter
+start. A worker that dies or stops answering is replaced and its execution retried;
+only an execution the sandbox itself keeps losing becomes `infra_error`.
+"""
+from __future__ import annotations
+
+import io
+import json
+import logging
+import math
+import os
+import queue
+import select
+import struct
+import subprocess
+import tempfile
+import threading
+import time
+import traceback
+from collections import OrderedDict
+from concurrent.futures import Future
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from wmrl.outcome import Outcome, RawResult, Status, ladder_reward
+from wmrl.sandbox import isolation
+from wmrl.sandbox.base import ExecRequest
+from wmrl.sandbox.log import ExecutionLog
+from wmrl.sandbox.program import precheck
+
+log = logging.getLogger(__name__)
+
+STARTUP_S = 120.0  # a cold worker imports sklearn & co. once; a busy 2-core machine can be slow
+ANSWER_MARGIN_S = 10.0  # beyond the program's limit: sweep, teardown and transfer
+STDERR_TAIL_CHARS = 2000  # what an Outcome carries; the log keeps the full capped tail
+SANDBOX_STATUSES = {s.value: s for s in (Status.VALID, Status.RUNTIME_ERROR, Status.TIMEOUT, Status.NO_VALID_OUTPUT)}
+
+
+class WorkerLost(Exception):
+    """The worker died, broke the protocol, or did not answer in time: the sandbox's fault."""
+
+
+def _get(cfg: Any, key: str, default: Any) -> Any:
+    value = getattr(cfg, key, None) if cfg is not None else None
+    return default if value is None else value
+
+
+class _Worker:
+    """One slot: a zygote process inside the isolation, spoken to over its stdin/stdout."""
+
+    def __init__(self, slot: int, mode: str, scratch_mb: int):
+        self.slot = slot
+        self.uid = isolation.UID_BASE + slot
+        self.mode = mode
+        self.scratch_mb = scratch_mb
+        self.proc: subprocess.Popen | None = None
+        self._stderr = None
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> None:
+        self.stop()
+        drop_uid = os.geteuid() == 0
+        argv = isolation.command(self.mode, {"uid": self.uid, "drop_uid": drop_uid}, scratch_mb=self.scratch_mb)
+        self._stderr = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+                                     env=isolation.zygote_env(), close_fds=True, cwd="/")
+        header, _ = self._read(time.monotonic() + STARTUP_S)
+        if header.get("op") != "ready":
+            raise WorkerLost(f"worker {self.slot} did not start: {header}")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            try:
+                self.proc.kill()  # bwrap/unshare take the whole pid namespace down with them
+                self.proc.wait(timeout=10)
+            except Exception:
+                pass
+            for f in (self.proc.stdin, self.proc.stdout):
+                try:
+                    f.close()
+                except Exception:
+                    pass
+            self.proc = None
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+    def stderr_tail(self, n: int = 1000) -> str:
+        if self._stderr is None:
+            return ""
+        try:
+            self._stderr.seek(0, io.SEEK_END)
+            size = self._stderr.tell()
+            self._stderr.seek(max(0, size - n))
+            return self._stderr.read().decode(errors="replace")
+        except Exception:
+            return ""
+
+    def request(self, header: dict, blobs: Sequence[bytes], deadline: float) -> tuple[dict, list[bytes]]:
+        if not self.alive:
+            raise WorkerLost(f"worker {self.slot} is not running")
+        h = json.dumps(dict(header, blobs=[len(b) for b in blobs])).encode()
+        try:
+            self.proc.stdin.write(struct.pack(">I", len(h)) + h)
+            for b in blobs:
+                self.proc.stdin.write(b)
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError) as e:
+            raise WorkerLost(f"worker {self.slot}: cannot send ({e}); {self.stderr_tail()}") from None
+        return self._read(deadline)
+
+    def _read(self, deadline: float) -> tuple[dict, list[bytes]]:
+        (hlen,) = struct.unpack(">I", self._read_exact(4, deadline))
+        try:
+            header = json.loads(self._read_exact(hlen, deadline))
+        except ValueError as e:
+            raise WorkerLost(f"worker {self.slot}: unreadable header ({e})") from None
+        return header, [self._read_exact(int(n), deadline) for n in header.get("blobs", [])]
+
+    def _read_exact(self, n: int, deadline: float) -> bytes:
+        fd = self.proc.stdout.fileno()
+        chunks, got = [], 0
+        while got < n:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WorkerLost(f"worker {self.slot} did not answer in time")
+            ready, _, _ = select.select([fd], [], [], left)
+            if not ready:
+                continue
+            b = os.read(fd, min(n - got, 1 << 20))
+            if not b:
+                code = self.proc.poll()
+                raise WorkerLost(f"worker {self.slot} died (exit {code}); {self.stderr_tail()}".strip())
+            chunks.append(b)
+            got += len(b)
+        return b"".join(chunks)
+
+
+class _Batch:
+    """The outcomes of one submit(), resolved into its future when the last one lands."""
+
+    def __init__(self, n: int):
+        self.future: Future = Future()
+        self.results: list[Outcome | None] = [None] * n
+        self.left = n
+        self.lock = threading.Lock()
+
+    def put(self, i: int, outcome: Outcome) -> None:
+        with self.lock:
+            self.results[i] = outcome
+            self.left -= 1
+            done = self.left == 0
+        if done and not self.future.done():
+            self.future.set_result(list(self.results))
+
+
+class LocalSandbox:
+    """Warm pool of `slots` isolated workers on this machine; implements the Sandbox protocol."""
+
+    def __init__(self, cfg: Any = None, log_path: str | os.PathLike | None = None):
+        self.cfg = cfg
+        self.slots = int(_get(cfg, "slots", 0)) or os.cpu_count() or 1
+        self.isolation = isolation.choose(_get(cfg, "isolation", "auto"))
+        if self.isolation == "none":
+            log.warning("sandbox.isolation=none: agent programs run WITHOUT isolation on this machine")
+        self.memory_mb = int(_get(cfg, "memory_mb", 2048))
+        self.max_procs = int(_get(cfg, "max_procs", 32))
+        self.max_file_mb = int(_get(cfg, "max_file_mb", 64))
+        self.output_cap = int(_get(cfg, "output_cap_kb", 64)) * 1024
+        self.timeout_scale = float(_get(cfg, "timeout_scale", 1.0))
+        self.retries = int(_get(cfg, "retries", 1))
+        self.prediction_cap_mb = int(_get(cfg, "max_prediction_mb", 64))
+        self.scratch_mb = int(_get(cfg, "scratch_mb", 512))
+        self._log = ExecutionLog(log_path) if log_path else None
+        self._queue: queue.Queue = queue.Queue()
+        self._data: OrderedDict[str, list[bytes]] = OrderedDict()  # serialized task arrays, by data key
+        self._data_lock = threading.Lock()
+        self._closed = False
+        # Test hook: called as hook(worker, attempt) before every attempt, e.g. to kill the worker.
+        self._before_attempt: Callable[[_Worker, int], None] | None = None
+        self._workers = [_Worker(k, self.isolation, self.scratch_mb) for k in range(self.slots)]
+        # Each worker is started and served by its own long-lived thread: bwrap's
+        # --die-with-parent follows the thread that spawned it.
+        self._threads = [threading.Thread(target=self._serve, args=(w,), daemon=True, name=f"sandbox-slot{w.slot}")
+                         for w in self._workers]
+        for t in self._threads:
+            t.start()
+
+    # ------------------------------------------------------------------ protocol
+    def submit(self, requests: Sequence[ExecRequest]) -> Future:
+        if self._closed:
+            raise RuntimeError("sandbox is closed")
+        requests = list(requests)
+        batch = _Batch(len(requests))
+        if not requests:
+            batch.future.set_result([])
+        for i, req in enumerate(requests):
+            status, detail = precheck(req.program)
+            if status is not None:  # costs no slot: decided by parsing alone
+                outcome = Outcome(task=req.task.name, status=status, reward=ladder_reward(status),
+                                  stderr_tail=detail, split=req.split, attempts=0)
+                self._record(req, outcome, detail=detail)
+                batch.put(i, outcome)
+            else:
+                self._queue.put((batch, i, req))
+        return batch.future
+
+    def run(self, requests: Sequence[ExecRequest]) -> list[Outcome]:
+        return self.submit(requests).result()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for _ in self._threads:
+            self._queue.put(None)
+        for t in self._threads:
+            t.join(timeout=60)
+        for w in self._workers:
+            w.stop()
+        if self._log is not None:
+            self._log.close()
+
+    def __enter__(self) -> "LocalSandbox":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def worker_pids(self) -> list[int | None]:
+        """Host pids of the workers' outermost processes (for tests and monitoring)."""
+        return [w.proc.pid if w.alive else None for w in self._workers]
+
+    # ------------------------------------------------------------------ serving
+    def _serve(self, worker: _Worker) -> None:
+        try:
+            worker.start()
+        except Exception as e:  # retried when a job arrives
+            log.warning("sandbox worker %d failed to start: %s", worker.slot, e)
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            batch, i, req = item
+            try:
+                outcome, extra = self._execute(worker, req)
+            except Exception as e:  # a bug on the host side (e.g. in task.judge): never hang the batch
+                log.error("sandbox: execution failed on the host: %s", traceback.format_exc())
+                outcome = Outcome(task=getattr(req.task, "name", "?"), status=Status.INFRA_ERROR, split=req.split,
+                                  stderr_tail=f"[sandbox] host error: {e!r}")
+                extra = {"detail": traceback.format_exc()[-2000:]}
+            try:
+                self._record(req, outcome, **extra)
+            finally:
+                batch.put(i, outcome)
+
+    def _execute(self, worker: _Worker, req: ExecRequest) -> tuple[Outcome, dict]:
+        limit = float(req.task.time_limit_s) * self.timeout_scale
+        key, blobs_fn = self._task_data(req)
+        limits = {"uid": worker.uid, "wall_s": limit, "cpu_s": math.ceil(limit) + 1, "memory_mb": self.memory_mb,
+                  "max_procs": self.max_procs if os.geteuid() == 0 else 0, "max_file_mb": self.max_file_mb,
+                  "output_cap": self.output_cap, "prediction_cap_mb": self.prediction_cap_mb}
+        t0 = time.monotonic()
+        lost: list[str] = []
+        reply = blobs = None
+        for attempt in range(1, self.retries + 2):
+            try:
+                if self._before_attempt is not None:
+                    self._before_attempt(worker, attempt)
+                if not worker.alive:
+                    worker.start()
+                header = {"op": "run", "key": key, "source": req.program, "limits": limits}
+                reply, blobs = worker.request(header, [], time.monotonic() + limit + ANSWER_MARGIN_S)
+                if reply.get("op") == "need_data":
+                    ok, _ = worker.request({"op": "data", "key": key}, blobs_fn(), time.monotonic() + STARTUP_S)
+                    if ok.get("op") != "ok":
+                        raise WorkerLost(f"worker {worker.slot} refused the task data: {ok}")
+                    reply, blobs = worker.request(header, [], time.monotonic() + limit + ANSWER_MARGIN_S)
+                if reply.get("op") != "result":
+                    raise WorkerLost(f"worker {worker.slot}: unexpected answer {reply.get('op')!r}")
+                if reply.get("status") == "infra_error":  # the child could not even be set up
+                    raise WorkerLost(f"worker {worker.slot}: {reply.get('detail')}")
+                break
+            except (WorkerLost, OSError) as e:
+                lost.append(str(e))
+                log.warning("sandbox: attempt %d of %s lost: %s", attempt, req.task.name, e)
+                worker.stop()  # replaced at the next attempt or job
+                reply = None
+        wall_s = time.monotonic() - t0
+        attempts = len(lost) + (reply is not None)
+        if reply is None:
+            raw = RawResult(Status.INFRA_ERROR, wall_s=wall_s, detail="; ".join(lost)[-1000:])
+        else:
+            raw = self._raw_result(reply, blobs, wall_s)
+        outcome = self._judge(req, raw)
+        outcome.attempts = attempts
+        extra = {"detail": raw.detail, "stdout_tail": (reply or {}).get("stdout_tail", "")}
+        return outcome, extra
+
+    def _raw_result(self, reply: dict, blobs: list[bytes], wall_s: float) -> RawResult:
+        status = SANDBOX_STATUSES.get(reply.get("status"), Status.RUNTIME_ERROR)
+        detail = str(reply.get("detail", ""))
+        predictions = None
+        if status is Status.VALID:
+            predictions, why = parse_predictions(blobs[0] if blobs else b"", self.prediction_cap_mb << 20)
+            if predictions is None:
+                status, detail = Status.NO_VALID_OUTPUT, why
+        stderr = str(reply.get("stderr_tail", ""))
+        if status is not Status.VALID and detail:
+            stderr = (stderr.rstrip("\n") + "\n" if stderr.strip() else "") + f"[sandbox] {status.value}: {detail}"
+        return RawResult(status=status, predictions=predictions, wall_s=wall_s, fit_s=reply.get("fit_s"),
+                         predict_s=reply.get("predict_s"), stderr_tail=stderr[-STDERR_TAIL_CHARS:], detail=detail)
+
+    def _judge(self, req: ExecRequest, raw: RawResult) -> Outcome:
+        if raw.status is Status.VALID:
+            outcome = req.task.judge(raw, req.split)
+        else:
+            outcome = Outcome(task=req.task.name, status=raw.status, reward=ladder_reward(raw.status))
+        outcome.split = req.split
+        outcome.wall_s = raw.wall_s
+        outcome.fit_s = raw.fit_s if outcome.fit_s is None else outcome.fit_s
+        outcome.predict_s = raw.predict_s if outcome.predict_s is None else outcome.predict_s
+        if not outcome.stderr_tail:
+            outcome.stderr_tail = raw.stderr_tail
+        return outcome
+
+    def _task_data(self, req: ExecRequest) -> tuple[str, Callable[[], list[bytes]]]:
+        """The cache key of the task's arrays and a function serializing them (once per host)."""
+        key = f"{req.task.name}:{req.task.fingerprint()}:{req.split}"
+
+        def blobs() -> list[bytes]:
+            with self._data_lock:
+                if key in self._data:
+                    self._data.move_to_end(key)
+                    return self._data[key]
+            out = []
+            for arr in req.task.inputs(req.split):
+                buf = io.BytesIO()
+                np.save(buf, np.asarray(arr), allow_pickle=False)
+                out.append(buf.getvalue())
+            with self._data_lock:
+                self._data[key] = out
+                while len(self._data) > 16:
+                    self._data.popitem(last=False)
+            return out
+
+        return key, blobs
+
+    def _record(self, req: ExecRequest, outcome: Outcome, detail: str = "", stdout_tail: str = "") -> None:
+        if self._log is None:
+            return
+        try:
+            fp = req.task.fingerprint()
+        except Exception:
+            fp = None
+        self._log.append(outcome, req.program, req.meta, fingerprint=fp, stdout_tail=stdout_tail, detail=detail)
+
+
+def parse_predictions(data: bytes, cap_bytes: int) -> tuple[np.ndarray | None, str]:
+    """Predictions from agent-produced .npy bytes, or (None, why). Never unpickles: agent
+    code may have crafted the bytes; only plain numeric arrays are accepted."""
+    if not data:
+        return None, "no predictions came back"
+    if len(data) > cap_bytes:
+        return None, f"predictions larger than {cap_bytes >> 20} MiB"
+    try:
+        arr = np.load(io.BytesIO(data), allow_pickle=False)
+    except Exception as e:
+        return None, f"unreadable predictions: {type(e).__name__}: {str(e)[:200]}"
+    if not isinstance(arr, np.ndarray) or arr.dtype.kind not in "biuf" or arr.dtype.fields is not None:
+        return None, f"predictions are not a numeric array (dtype {getattr(arr, 'dtype', '?')})"
+    return arr, ""

@@ -1,0 +1,87 @@
+"""The durable record of every execution: a run-local SQLite file, one committed row per execution.
+
+It feeds offline world-model training and run resumption, so a row is committed (WAL,
+synchronous=FULL) before the outcome is handed back: a SIGKILLed run loses nothing it returned.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+from wmrl.outcome import Outcome
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS executions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    ts REAL NOT NULL,            -- unix time the outcome was recorded
+    task TEXT NOT NULL,
+    split TEXT NOT NULL,
+    fingerprint TEXT,            -- the task data version the program ran on
+    program TEXT NOT NULL,
+    status TEXT NOT NULL,
+    reward REAL,                 -- NULL for infra_error (missing, not a failure)
+    wall_s REAL,
+    fit_s REAL,
+    predict_s REAL,
+    outcome TEXT NOT NULL,       -- Outcome.to_dict() as JSON
+    stdout_tail TEXT,
+    detail TEXT,
+    meta TEXT NOT NULL           -- the request's free-form tags as JSON
+);
+"""
+
+
+class ExecutionLog:
+    """Appends executions to `path`; safe to share between threads of one process."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(_SCHEMA)
+
+    def append(self, outcome: Outcome, program: str, meta: dict | None = None, fingerprint: str | None = None,
+               stdout_tail: str = "", detail: str = "") -> int:
+        """Record one execution and commit it; returns its row id."""
+        reward = outcome.reward if isinstance(outcome.reward, (int, float)) and not math.isnan(outcome.reward) else None
+        row = (time.time(), outcome.task, outcome.split, fingerprint, program, outcome.status.value, reward,
+               outcome.wall_s, outcome.fit_s, outcome.predict_s, json.dumps(outcome.to_dict()), stdout_tail, detail,
+               json.dumps(meta or {}, default=str))
+        with self._lock:
+            cur = self._db.execute(
+                "INSERT INTO executions (ts, task, split, fingerprint, program, status, reward, wall_s, fit_s, "
+                "predict_s, outcome, stdout_tail, detail, meta) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", row)
+            return cur.lastrowid
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+def iter_log(path: str | Path) -> Iterator[dict]:
+    """Executions in the order they were recorded, each a dict with `outcome` and `meta` decoded."""
+    if not Path(path).exists():
+        raise FileNotFoundError(f"no execution log at {path}")
+    db = sqlite3.connect(str(path))  # not read-only: a reader may have to replay the WAL of a killed writer
+    db.row_factory = sqlite3.Row
+    try:
+        for row in db.execute("SELECT * FROM executions ORDER BY id"):
+            d = dict(row)
+            d["outcome"] = json.loads(d["outcome"])
+            d["meta"] = json.loads(d["meta"])
+            yield d
+    finally:
+        db.close()
+
+
+def read_log(path: str | Path) -> list[dict]:
+    """All executions of a log file (see iter_log)."""
+    return list(iter_log(path))
