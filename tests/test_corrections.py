@@ -1,0 +1,229 @@
+"""The estimators behind debiasing and denoising, on synthetic data with CLASS-DEPENDENT WM bias.
+
+A constant offset of the WM cancels inside a GRPO group; an offset that depends on the class
+of the experiment does not, so every debiasing test below uses one.
+"""
+import io
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from wmrl.corrections import (Debiaser, IsotonicMap, OffsetRectifier, anchor_upweight_weights,
+                              inverse_variance_weights, within_group_residual_s2)
+
+CLASS_BIAS = {"forest": 0.25, "linear": -0.10, "boost": 0.0}
+
+
+def anchor_pairs(n, seed=0, noise=0.05):
+    """Real scores in [0, 1]; the WM adds a bias that depends on the action class, plus noise."""
+    rng = np.random.default_rng(seed)
+    cls = rng.choice(list(CLASS_BIAS), n)
+    real = rng.uniform(0.0, 1.0, n)
+    wm = real + np.array([CLASS_BIAS[c] for c in cls]) + rng.normal(0.0, noise, n)
+    return wm, real, [(c,) for c in cls]
+
+
+def test_isotonic_is_identity_until_min_pairs():
+    wm, real, _ = anchor_pairs(10)
+    iso = IsotonicMap(min_pairs=10, refit_every=4, buffer_size=100)
+    iso.update(wm[:9], real[:9])
+    probe = np.linspace(-0.2, 1.2, 15)
+    assert np.array_equal(iso.correct(probe), probe) and iso.n == 0
+    iso.update(wm[9:], real[9:])
+    assert iso.n == 10 and not np.allclose(iso.correct(probe), probe)
+    assert np.all(np.diff(iso.correct(probe)) >= 0)  # monotone
+
+
+def test_isotonic_refits_every_refit_every_new_pairs():
+    wm, real, _ = anchor_pairs(20, seed=1)
+    iso = IsotonicMap(min_pairs=4, refit_every=5, buffer_size=100)
+    iso.update(wm[:4], real[:4])
+    assert iso.n == 4
+    knots = iso.knots
+    iso.update(wm[4:8], real[4:8])  # 4 new pairs < refit_every: the old map stays
+    assert iso.n == 4 and iso.knots == knots
+    iso.update(wm[8:9], real[8:9])  # the 5th new pair triggers a refit on all 9
+    assert iso.n == 9 and iso.knots != knots
+
+
+def test_isotonic_buffer_is_a_bounded_fifo():
+    wm, real, _ = anchor_pairs(50, seed=2)
+    iso = IsotonicMap(min_pairs=4, refit_every=1, buffer_size=20)
+    for i in range(0, 50, 5):
+        iso.update(wm[i:i + 5], real[i:i + 5])
+    assert len(iso.wm) == 20 and list(iso.wm) == wm[-20:].tolist() and list(iso.real) == real[-20:].tolist()
+    assert iso.n == 20
+
+
+def test_offset_rectifier_removes_a_constant_bias():
+    rng = np.random.default_rng(3)
+    real = rng.uniform(0, 1, 2000)
+    wm = real + 0.2 + rng.normal(0, 0.1, 2000)
+    off = OffsetRectifier(half_life=200.0)
+    for i in range(0, 2000, 16):
+        off.update(wm[i:i + 16], real[i:i + 16])
+    assert abs(np.mean(wm - real)) > 0.19
+    assert abs(np.mean(off.correct(wm) - real)) < 0.02
+
+
+def test_offset_half_life_weights_newer_pairs():
+    off = OffsetRectifier(half_life=1.0)
+    off.update(np.array([1.0, 0.0]), np.zeros(2))  # errors 1 (older) and 0 (newer, weight 1 vs 0.5)
+    assert off.bias() == pytest.approx(0.5 / 1.5)
+    assert off.n == pytest.approx(1.5)
+
+
+@pytest.mark.parametrize("method", ["offset", "isotonic"])
+def test_stratified_debiasing_removes_class_dependent_bias_the_global_fit_leaves(method):
+    wm, real, keys = anchor_pairs(3000, seed=4)
+    fits = {name: Debiaser(method, strata, kappa=8.0, min_pairs=16, buffer_size=3000, half_life=float("inf"))
+            for name, strata in [("global", []), ("stratified", ["action_class"])]}
+    for d in fits.values():
+        for i in range(0, 2000, 32):
+            d.update(wm[i:i + 32], real[i:i + 32], keys[i:i + 32])
+    test_wm, test_real, test_keys = wm[2000:], real[2000:], keys[2000:]
+    for cls in CLASS_BIAS:
+        rows = np.array([k == (cls,) for k in test_keys])
+        err = {name: np.mean(d.correct(test_wm, test_keys)[rows] - test_real[rows]) for name, d in fits.items()}
+        assert abs(err["stratified"]) < 0.03, (cls, err)
+        if cls != "boost":  # the global fit splits the difference; the biased classes stay biased
+            assert abs(err["global"]) > 0.08, (cls, err)
+
+
+@pytest.mark.parametrize("method", ["offset", "isotonic"])
+def test_stratified_debiasing_restores_the_ranking_inside_a_group(method):
+    wm, real, keys = anchor_pairs(1000, seed=5)
+    d = Debiaser(method, ["action_class"], min_pairs=16, buffer_size=1000, half_life=float("inf"))
+    d.update(wm, real, keys)
+    # one group: a linear model truly better (0.6) than a forest (0.5); the WM ranks the forest first
+    group_real = np.array([0.6, 0.5])
+    group_keys = [("linear",), ("forest",)]
+    group_wm = group_real + np.array([CLASS_BIAS["linear"], CLASS_BIAS["forest"]])
+    assert group_wm[0] < group_wm[1]
+    corrected = d.correct(group_wm, group_keys)
+    assert corrected[0] > corrected[1]
+
+
+@pytest.mark.parametrize("method", ["offset", "isotonic"])
+def test_shrinkage_limits(method):
+    big = 30000
+    wm, real, keys = anchor_pairs(big, seed=6)
+    d = Debiaser(method, ["action_class"], kappa=8.0, min_pairs=16, buffer_size=big, half_life=float("inf"))
+    d.update(wm, real, keys)
+    probe = np.linspace(0.0, 1.2, 13)
+    # n_s = 0: a stratum never seen gets exactly the global fit
+    unseen = d.correct(probe, [("svm",)] * len(probe))
+    assert np.array_equal(unseen, d.global_fit.correct(probe))
+    # n_s -> inf: the stratum's own fit
+    forest = d.correct(probe, [("forest",)] * len(probe))
+    own = d.strata[("forest",)].correct(probe)
+    shrink = 8.0 / (d.strata[("forest",)].n + 8.0)
+    assert shrink < 1e-3
+    assert np.allclose(forest, own, atol=2 * shrink) and not np.allclose(forest, d.global_fit.correct(probe), atol=0.05)
+    if method == "offset":  # b̂_s = (n_s·b̄_s + κ·b̂)/(n_s + κ), exactly
+        n_s, b_s, b = d.strata[("forest",)].n, d.strata[("forest",)].bias(), d.global_fit.bias()
+        assert d.bias(("forest",)) == pytest.approx((n_s * b_s + 8.0 * b) / (n_s + 8.0))
+
+
+def test_isotonic_stratum_counts_only_from_min_stratum_pairs():
+    wm, real, keys = anchor_pairs(200, seed=8)
+    d = Debiaser("isotonic", ["action_class"], min_pairs=16, min_stratum_pairs=4)
+    d.update(wm, real, keys)
+    d.update([0.5, 0.6, 0.7], [0.1, 0.2, 0.3], [("gp",)] * 3)  # 3 pairs: the stratum has no fit yet
+    probe = np.array([0.55, 0.65])
+    assert np.array_equal(d.correct(probe, [("gp",)] * 2), d.global_fit.correct(probe))
+    d.update([0.8], [0.4], [("gp",)])
+    assert d.strata[("gp",)].n == 4
+    assert not np.allclose(d.correct(probe, [("gp",)] * 2), d.global_fit.correct(probe))
+
+
+@pytest.mark.parametrize("method", ["offset", "isotonic"])
+def test_state_dict_round_trip_gives_identical_corrections(method):
+    wm, real, keys = anchor_pairs(300, seed=9)
+    d = Debiaser(method, ["action_class"], min_pairs=16, refit_every=8, buffer_size=128)
+    for i in range(0, 290, 29):
+        d.update(wm[i:i + 29], real[i:i + 29], keys[i:i + 29])
+    state = d.state_dict()
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    buf.seek(0)
+    restored_state = torch.load(buf, weights_only=True)  # what a Lightning checkpoint allows
+    json.dumps(state)
+    e = Debiaser(method, ["action_class"], min_pairs=16, refit_every=8, buffer_size=128)
+    e.load_state_dict(restored_state)
+    probe, probe_keys = wm[:50], keys[:50]
+    assert np.array_equal(d.correct(probe, probe_keys), e.correct(probe, probe_keys))
+    assert json.dumps(d.table()) == json.dumps(e.table())
+    # and both keep learning the same way
+    d.update(wm[290:], real[290:], keys[290:])
+    e.update(wm[290:], real[290:], keys[290:])
+    assert np.array_equal(d.correct(probe, probe_keys), e.correct(probe, probe_keys))
+
+
+def test_table_reports_out_of_sample_residuals_per_stratum():
+    wm, real, keys = anchor_pairs(2000, seed=10)
+    d = Debiaser("offset", ["action_class"], half_life=float("inf"))
+    for i in range(0, 2000, 40):
+        d.update(wm[i:i + 40], real[i:i + 40], keys[i:i + 40])
+    rows = {r["stratum"]: r for r in d.table()}
+    assert set(rows) == {"*", "forest", "linear", "boost"}
+    assert rows["*"]["pairs"] == 2000
+    assert rows["forest"]["resid_before"] == pytest.approx(0.25, abs=0.01)
+    assert abs(rows["forest"]["resid_after"]) < 0.03
+    assert rows["forest"]["bias"] == pytest.approx(0.25, abs=0.01)
+    assert rows["linear"]["bias"] == pytest.approx(-0.10, abs=0.01)
+
+
+def test_inverse_variance_weights_normalise_clip_and_floor():
+    var = torch.tensor([0.01, 0.04, 0.09, float("nan"), 0.5, 0.02])
+    is_real = torch.tensor([False, False, False, True, False, False])
+    valid = torch.tensor([True, True, True, True, True, False])
+    w = inverse_variance_weights(var, is_real, sigma_floor=0.1, w_min=0.2, w_max=3.0, valid=valid)
+    precision = 1 / (torch.tensor([0.01, 0.04, 0.09, 0.0, 0.5]) + 0.01)
+    expected = (precision / precision.mean()).clamp(0.2, 3.0)
+    assert torch.allclose(w[:5], expected)
+    assert w[5] == 0.0
+    assert w[3] == w[:5].max()  # the real row sits at the noise floor: most trusted
+    unclipped = inverse_variance_weights(var, is_real, 0.1, 0.0, float("inf"), valid)
+    assert unclipped[valid].mean().item() == pytest.approx(1.0)
+    all_real = inverse_variance_weights(torch.full((4,), float("nan")), torch.ones(4, dtype=torch.bool), 0.05, 0.2, 3.0)
+    assert torch.equal(all_real, torch.ones(4))
+
+
+def test_inverse_variance_weighting_lowers_the_variance_of_a_weighted_mean():
+    """Heteroscedastic observations of one mean: inverse-variance weights beat uniform ones."""
+    gen = torch.Generator().manual_seed(0)
+    std = torch.tensor([0.05, 0.05, 0.1, 0.2, 0.4, 0.8] * 4)
+    w = inverse_variance_weights(std**2, torch.zeros_like(std, dtype=torch.bool), 0.05, 0.2, 3.0)
+    samples = 0.5 + std * torch.randn(4000, len(std), generator=gen)
+    uniform_mean = samples.mean(1)
+    weighted_mean = (samples * w).sum(1) / w.sum()
+    assert weighted_mean.mean().item() == pytest.approx(0.5, abs=0.01)  # still unbiased
+    assert weighted_mean.var().item() < 0.5 * uniform_mean.var().item()
+
+
+def test_within_group_residual_s2():
+    groups = torch.tensor([0, 0, 0, 1, 1, 1])
+    real = torch.tensor([0.1, 0.5, 0.9, 0.2, 0.4, 0.6])
+    assert within_group_residual_s2(real.clone(), real, groups) == pytest.approx(0.0)
+    # an offset per group cancels inside the group: no residual
+    assert within_group_residual_s2(real + torch.tensor([0.3] * 3 + [-0.2] * 3), real, groups) == pytest.approx(0.0, abs=1e-12)
+    # a class-dependent offset inside a group does not cancel
+    cls_bias = torch.tensor([0.25, 0.0, 0.0, 0.25, 0.0, 0.0])
+    s2 = within_group_residual_s2(real + cls_bias, real, groups)
+    centred_bias = cls_bias - cls_bias.view(2, 3).mean(1).repeat_interleave(3)
+    centred_real = real - real.view(2, 3).mean(1).repeat_interleave(3)
+    assert s2 == pytest.approx((centred_bias**2).sum().item() / (centred_real**2).sum().item(), rel=1e-5)
+    assert within_group_residual_s2(torch.rand(4), torch.full((4,), 0.3), torch.tensor([0, 0, 1, 1])) is None
+
+
+@pytest.mark.parametrize("s2", [0.0, 0.3, 1.5, 100.0])
+def test_anchor_upweight_weights_between_one_and_w_max(s2):
+    is_anchor = torch.tensor([True, True, False, False, True])
+    valid = torch.tensor([True, True, True, True, False])
+    w = anchor_upweight_weights(is_anchor, s2, c=1.0, w_max=3.0, valid=valid)
+    assert torch.all(w[:4] >= 1.0) and torch.all(w[:4] <= 3.0)
+    assert torch.equal(w[2:4], torch.ones(2)) and w[4] == 0.0
+    assert w[0].item() == pytest.approx(min(1.0 + s2, 3.0))
