@@ -174,11 +174,11 @@ def _run_program(source, arrays, result_w):
         pred = model.predict(X_eval)
         predict_s = time.perf_counter() - t
     except SystemExit as e:
-        traceback.print_exc()
+        traceback.print_exception(type(e), e, e.__traceback__.tb_next)  # hide the harness frame
         return ({"status": "runtime_error", "detail": f"sys.exit({e.code!r}) in {stage}",
                  "fit_s": fit_s, "predict_s": predict_s},)
     except BaseException as e:
-        traceback.print_exc()
+        traceback.print_exception(type(e), e, e.__traceback__.tb_next)  # hide the harness frame
         return ({"status": "runtime_error", "detail": f"{type(e).__name__} in {stage}: {str(e)[:200]}",
                  "fit_s": fit_s, "predict_s": predict_s},)
     times = {"fit_s": fit_s, "predict_s": predict_s}

@@ -1,0 +1,64 @@
+"""Run programs on a task through one sandbox and print one JSON outcome per line.
+
+    python -m wmrl.sandbox --task NAME PROGRAM.py [PROGRAM2.py ...] [--split val|test]
+                           [--log PATH] [key=value config overrides]
+
+Exit 0 whenever the programs were judged (whatever their status); 2 for usage errors.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+USAGE_ERROR = 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m wmrl.sandbox", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", required=True, help="task name (see `python -m wmrl.tasks`)")
+    parser.add_argument("--split", choices=("val", "test"), default="val", help="split the predictions are scored on")
+    parser.add_argument("--log", default=None, help="append the executions to this SQLite execution log")
+    parser.add_argument("items", nargs="+", metavar="PROGRAM.py|key=value",
+                        help="program files, and config overrides such as sandbox.slots=2")
+    args = parser.parse_args(argv)
+    overrides = [i for i in args.items if "=" in i and not Path(i).exists()]
+    programs = [Path(i) for i in args.items if i not in overrides]
+    if not programs:
+        parser.error("no program file given")
+    missing = [str(p) for p in programs if not p.is_file()]
+    if missing:
+        print(f"error: program file not found: {', '.join(missing)}", file=sys.stderr)
+        return USAGE_ERROR
+
+    from wmrl.config import ConfigError, load_config
+    from wmrl.sandbox.base import ExecRequest, make_sandbox
+    from wmrl.sandbox.isolation import IsolationUnavailable
+
+    try:
+        cfg = load_config(overrides)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return USAGE_ERROR
+    from wmrl.tasks import TaskError, load_suite
+
+    try:
+        task = load_suite(cfg.task).get(args.task)
+    except TaskError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return USAGE_ERROR
+    try:
+        sandbox = make_sandbox(cfg.sandbox, log_path=args.log)
+    except IsolationUnavailable as e:
+        print(f"error: {e}", file=sys.stderr)
+        return USAGE_ERROR
+    with sandbox:
+        requests = [ExecRequest(task, p.read_text(), split=args.split, meta={"file": str(p)}) for p in programs]
+        for path, outcome in zip(programs, sandbox.run(requests)):
+            print(json.dumps({"program": str(path), **outcome.to_dict()}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
