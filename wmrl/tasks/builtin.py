@@ -1,0 +1,57 @@
+"""The built-in task suite: real scikit-learn data plus secret-seeded synthetic problems.
+
+Most tasks fit in well under a second so training runs on a laptop; `large_clf` and
+`large_reg` take seconds per reasonable fit so that execution cost is real. Held-out tasks
+are only ever used for evaluation.
+"""
+from __future__ import annotations
+
+from typing import Dict
+
+from wmrl.tasks.spec import TaskSpec
+
+_FAST, _SLOW = 10.0, 30.0
+# SVM and MLP references need minutes on 10k rows; the rest span the same range of skill.
+_LARGE_REFS = ("dummy", "naive_bayes", "logreg", "knn", "stump", "tree", "forest", "boosting")
+_LARGE_REG_REFS = ("dummy", "linear", "lasso", "knn", "stump", "tree", "forest", "boosting")
+
+BUILTIN: Dict[str, TaskSpec] = {s.name: s for s in [
+    TaskSpec("digits", "bundled:digits", "classification", "accuracy", _FAST,
+             description="Recognise handwritten digits 0-9 from 8x8 images (64 pixel intensities, re-encoded)."),
+    TaskSpec("wine", "bundled:wine", "classification", "accuracy", _FAST,
+             description="Tell 3 wine cultivars apart from 13 chemical measurements (re-encoded)."),
+    TaskSpec("breast_cancer", "bundled:breast_cancer", "classification", "balanced_accuracy", _FAST,
+             description="Diagnose tumours as malignant or benign from 30 cell-nucleus measurements (re-encoded)."),
+    TaskSpec("diabetes", "bundled:diabetes", "regression", "r2", _FAST,
+             description="Predict disease progression after one year from 10 baseline patient variables (re-encoded)."),
+    TaskSpec("moons", "synthetic:make_moons", "classification", "accuracy", _FAST,
+             params={"n_samples": 1500, "noise": 0.3},
+             description="Two interleaving half-moons in 2-D with heavy noise."),
+    TaskSpec("hastie", "synthetic:make_hastie_10_2", "classification", "accuracy", _FAST,
+             params={"n_samples": 3000},
+             description="Binary target: whether the sum of squares of 10 Gaussian features exceeds a threshold."),
+    TaskSpec("friedman1", "synthetic:make_friedman1", "regression", "r2", _FAST,
+             params={"n_samples": 2000, "n_features": 10, "noise": 1.0},
+             description="Nonlinear target of 5 uniform features (sin, square, linear terms); 5 more are noise."),
+    TaskSpec("sparse_linear", "synthetic:make_regression", "regression", "r2", _FAST,
+             params={"n_samples": 800, "n_features": 60, "n_informative": 8, "noise": 20.0},
+             description="Noisy linear target of 60 Gaussian features of which only a few matter."),
+    TaskSpec("large_clf", "synthetic:make_classification", "classification", "accuracy", _SLOW,
+             params={"n_samples": 15000, "n_features": 40, "n_informative": 20, "n_redundant": 5,
+                     "n_classes": 3, "class_sep": 0.8, "flip_y": 0.03},
+             references=_LARGE_REFS,
+             description="3 classes from 40 features (20 informative, 5 redundant, the rest noise), 3% label noise."),
+    TaskSpec("large_reg", "synthetic:make_friedman1", "regression", "r2", _SLOW,
+             params={"n_samples": 10000, "n_features": 20, "noise": 1.0},
+             references=_LARGE_REG_REFS,
+             description="Nonlinear target of 5 uniform features (sin, square, linear terms); 15 more are noise."),
+    # Held out: evaluation only.
+    TaskSpec("iris", "bundled:iris", "classification", "accuracy", _FAST, held_out=True,
+             description="Classify 3 iris species from 4 flower measurements (re-encoded)."),
+    TaskSpec("circles", "synthetic:make_circles", "classification", "accuracy", _FAST, held_out=True,
+             params={"n_samples": 1500, "noise": 0.2, "factor": 0.5},
+             description="Two noisy concentric circles in 2-D: inner vs outer."),
+    TaskSpec("friedman2", "synthetic:make_friedman2", "regression", "r2", _FAST, held_out=True,
+             params={"n_samples": 1500, "noise": 100.0},
+             description="Impedance-like nonlinear target of 4 uniform features on very different scales."),
+]}

@@ -1,0 +1,72 @@
+"""The task registry: built-in tasks plus YAML task files, bound to the host secret."""
+from __future__ import annotations
+
+import difflib
+import warnings
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional
+
+from wmrl.tasks.builtin import BUILTIN
+from wmrl.tasks.secret import host_secret
+from wmrl.tasks.spec import TaskError, TaskSpec
+from wmrl.tasks.task import Task
+from wmrl.tasks.task_file import load_task_file
+
+
+class TaskSuite:
+    """Tasks by name, and which of them are for training and which for evaluation."""
+
+    def __init__(self, tasks: Dict[str, Task], train: List[str], eval: List[str]):
+        self._tasks = tasks
+        for name in [*train, *eval]:
+            self.get(name)
+        overlap = sorted(set(train) & set(eval))
+        if overlap:
+            warnings.warn(f"tasks {overlap} are used for both training and evaluation")
+        self._train, self._eval = list(train), list(eval)
+
+    def get(self, name: str) -> Task:
+        if name not in self._tasks:
+            near = difflib.get_close_matches(name, self._tasks, n=3, cutoff=0.4)
+            hint = f"closest: {', '.join(near)}" if near else f"valid: {', '.join(self._tasks)}"
+            raise TaskError(f"unknown task {name!r} ({hint})")
+        return self._tasks[name]
+
+    def names(self) -> List[str]:
+        return list(self._tasks)
+
+    def train_tasks(self) -> List[Task]:
+        return [self._tasks[n] for n in self._train]
+
+    def eval_tasks(self) -> List[Task]:
+        return [self._tasks[n] for n in self._eval]
+
+    def __iter__(self):
+        return iter(self._tasks.values())
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+
+def load_suite(task_cfg: Optional[Any] = None) -> TaskSuite:
+    """The suite described by a `task` config section (TaskConfig or its DictConfig; None = defaults).
+
+    `train` defaults to every task not held out and `eval` to the held-out ones.
+    """
+    def get(key: str, default: Any) -> Any:
+        if isinstance(task_cfg, Mapping):  # a dict or an OmegaConf DictConfig
+            return task_cfg.get(key, default)
+        return getattr(task_cfg, key, default)
+
+    cache_dir = Path(get("cache_dir", "~/.cache/wmrl")).expanduser()
+    secret = host_secret(cache_dir, get("secret_seed", None))
+    specs: Dict[str, TaskSpec] = dict(BUILTIN)
+    for file in get("files", []) or []:
+        spec = load_task_file(file)
+        if spec.name in specs:
+            raise TaskError(f"task file {file}: field 'name': {spec.name!r} is already a task")
+        specs[spec.name] = spec
+    tasks = {name: Task(spec, secret, cache_dir) for name, spec in specs.items()}
+    train = list(get("train", []) or []) or [n for n, s in specs.items() if not s.held_out]
+    eval_ = list(get("eval", []) or []) or [n for n, s in specs.items() if s.held_out]
+    return TaskSuite(tasks, train, eval_)
