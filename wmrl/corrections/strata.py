@@ -93,6 +93,11 @@ class Debiaser:
         probe = np.array(fit.wm) if self.method == "isotonic" and fit.wm else np.zeros(1)
         return float(np.mean(probe - self.correct(probe, [key] * len(probe) if key else None)))
 
+    @property
+    def pairs(self) -> int:
+        """Anchor pairs learned from so far."""
+        return int(sum(v[0] for v in self.residuals.values()))
+
     def table(self) -> list[dict]:
         """One row per stratum, the global fit first as "*": pairs its fit rests on (n), pairs seen,
         bias, and the out-of-sample mean residual before (r̂ − r) and after (r̃ − r) correction."""

@@ -47,5 +47,5 @@ def anchor_upweight_weights(is_anchor: torch.Tensor, s2: float, c: float, w_max:
     (their real reward is that much more precise); WM trajectories keep 1; invalid rows get 0."""
     valid = torch.ones_like(is_anchor, dtype=torch.bool) if valid is None else valid.bool()
     anchor_w = min(max(1.0 + c * s2, 1.0), w_max)
-    w = torch.where(is_anchor.bool(), torch.full(is_anchor.shape, anchor_w), torch.ones(is_anchor.shape))
+    w = torch.where(is_anchor.bool(), anchor_w, 1.0).float()
     return torch.where(valid, w, torch.zeros_like(w))

@@ -1,0 +1,96 @@
+"""Online debiasing as a Lightning callback: learn from new anchor pairs, then correct WM rewards."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from lightning.pytorch import Callback
+
+from wmrl.batch import RolloutBatch
+from wmrl.corrections import Debiaser
+
+
+class DebiasCallback(Callback):
+    """Before the loss of every batch: the Debiaser learns from the batch's anchor pairs, then the
+    training reward of every WM-only trajectory becomes its corrected WM score. Anchored rows
+    keep their real reward. The environment may call `correct` to fix the predicted score it
+    shows the agent (when `correct_observations`).
+
+    Logs debias/pairs, debias/bias_global, debias/strata (strata with their own fit) and, on steps
+    with anchors, debias/mae_before and debias/mae_after (out of sample: the fit before those
+    pairs). Every `table_every` batches and at the end of training the per-stratum table goes to
+    MLflow as debias/strata_step_N.md when an MLFlowLogger is attached.
+    """
+
+    def __init__(self, debiaser: Debiaser, correct_observations: bool = True, table_every: int = 10):
+        self.debiaser, self.correct_observations, self.table_every = debiaser, correct_observations, table_every
+        self.batches = 0
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> "DebiasCallback":
+        return cls(Debiaser.from_config(cfg), correct_observations=cfg.correct_observations)
+
+    def stratum_keys(self, strata: dict[str, Sequence[str]], n: int) -> list[tuple] | None:
+        """Row i's stratum: the values of the `stratify_by` keys; None for one global fit."""
+        if not self.debiaser.stratify_by:
+            return None
+        missing = [k for k in self.debiaser.stratify_by if k not in strata]
+        if missing:
+            raise KeyError(f"debias.stratify_by needs strata {missing}; the batch has {sorted(strata)}")
+        return [tuple(strata[k][i] for k in self.debiaser.stratify_by) for i in range(n)]
+
+    def correct(self, wm_rewards: torch.Tensor | Sequence[float], strata: dict[str, Sequence[str]]):
+        """Corrected WM scores; `strata` maps each stratum key to one value per score.
+        Returns a tensor like `wm_rewards` when given one, else a numpy array."""
+        values = wm_rewards.detach().cpu().numpy() if isinstance(wm_rewards, torch.Tensor) else np.asarray(wm_rewards, float)
+        out = self.debiaser.correct(values, self.stratum_keys(strata, len(values)))
+        if isinstance(wm_rewards, torch.Tensor):
+            return torch.as_tensor(out, dtype=wm_rewards.dtype, device=wm_rewards.device)
+        return out
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: RolloutBatch, batch_idx: int) -> None:
+        keys = self.stratum_keys(batch.strata, len(batch))
+        idx, wm, real = batch.anchor_pairs
+        before, after = self.debiaser.update(wm.detach().cpu().numpy(), real.detach().cpu().numpy(),
+                                             None if keys is None else [keys[i] for i in idx.tolist()])
+        rows = torch.nonzero(batch.wm_only).flatten()
+        if len(rows):
+            corrected = self.debiaser.correct(batch.wm_reward[rows].detach().cpu().numpy(),
+                                              None if keys is None else [keys[i] for i in rows.tolist()])
+            reward = batch.reward.clone()  # never write through an alias of wm_reward
+            reward[rows] = torch.as_tensor(corrected, dtype=reward.dtype, device=reward.device)
+            batch.reward = reward
+
+        metrics = {"debias/pairs": float(self.debiaser.pairs), "debias/bias_global": self.debiaser.bias(),
+                   "debias/strata": float(sum(fit.n > 0 for fit in self.debiaser.strata.values()))}
+        if len(before):
+            metrics["debias/mae_before"] = float(np.abs(before).mean())
+            metrics["debias/mae_after"] = float(np.abs(after).mean())
+        pl_module.log_dict(metrics, on_step=True, on_epoch=False, batch_size=len(batch))
+
+        self.batches += 1
+        if self.table_every and self.batches % self.table_every == 0:
+            self.save_table(trainer)
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        self.save_table(trainer)
+
+    def table_markdown(self) -> str:
+        head = "| stratum | n | pairs | bias | resid_before | resid_after |\n|---|---|---|---|---|---|\n"
+        return head + "".join(f"| {r['stratum']} | {r['n']:.1f} | {r['pairs']} | {r['bias']:+.4f} | "
+                              f"{r['resid_before']:+.4f} | {r['resid_after']:+.4f} |\n" for r in self.debiaser.table())
+
+    def save_table(self, trainer: Any) -> None:
+        """Write the per-stratum table to every MLflow-like logger (one with experiment.log_text and run_id)."""
+        for logger in getattr(trainer, "loggers", None) or []:
+            client, run_id = getattr(logger, "experiment", None), getattr(logger, "run_id", None)
+            if run_id is not None and hasattr(client, "log_text"):
+                client.log_text(run_id, self.table_markdown(), f"debias/strata_step_{trainer.global_step}.md")
+
+    def state_dict(self) -> dict:
+        return {"debiaser": self.debiaser.state_dict(), "batches": self.batches}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.debiaser.load_state_dict(state_dict["debiaser"])
+        self.batches = int(state_dict["batches"])

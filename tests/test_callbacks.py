@@ -1,0 +1,230 @@
+"""The correction callbacks on hand-built rollout batches (no language model, no sandbox)."""
+import io
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from callbacks import DebiasCallback, DenoiseCallback, correction_callbacks
+from wmrl.batch import SOURCE_REAL, SOURCE_WM, RolloutBatch
+from wmrl.config import load_config
+from wmrl.corrections import Debiaser
+
+NAN = float("nan")
+CLASS_BIAS = {"forest": 0.3, "linear": 0.0}  # the WM overrates forests only
+
+
+def make_batch(real, wm, wm_var, classes, anchor_groups, group_size=4, valid=None):
+    """Rows grouped `group_size` at a time; groups in `anchor_groups` executed for real and WM-scored."""
+    n = len(wm)
+    group_ids = torch.arange(n) // group_size
+    is_anchor = torch.tensor([int(g) in anchor_groups for g in group_ids])
+    real = torch.where(is_anchor, torch.tensor(real, dtype=torch.float32), torch.tensor(NAN))
+    wm = torch.tensor(wm, dtype=torch.float32)
+    return RolloutBatch(
+        input_ids=torch.zeros(n, 3, dtype=torch.long), attention_mask=torch.ones(n, 3, dtype=torch.long),
+        loss_mask=torch.ones(n, 3), old_logprobs=torch.zeros(n, 3), group_ids=group_ids,
+        reward=torch.where(is_anchor, real, wm), real_reward=real, wm_reward=wm,
+        wm_var=torch.tensor(wm_var, dtype=torch.float32), source=torch.where(is_anchor, SOURCE_REAL, SOURCE_WM),
+        is_anchor=is_anchor, valid=torch.ones(n, dtype=torch.bool) if valid is None else torch.tensor(valid),
+        weight=torch.ones(n), strata={"action_class": list(classes), "task": ["iris"] * n})
+
+
+def biased_batch(seed=0, anchor_groups=(0,), groups=3, valid=None):
+    rng = np.random.default_rng(seed)
+    n = 4 * groups
+    classes = ["forest", "linear"] * (n // 2)
+    real = rng.uniform(0.2, 0.8, n)
+    var = rng.uniform(0.001, 0.05, n)
+    wm = real + np.array([CLASS_BIAS[c] for c in classes]) + rng.normal(0, 0.01, n)
+    return make_batch(real, wm, var, classes, set(anchor_groups), valid=valid)
+
+
+class Recorder:
+    """Stands in for the LightningModule: keeps what the callbacks log."""
+
+    def __init__(self):
+        self.logged = {}
+
+    def log_dict(self, metrics, **kwargs):
+        assert kwargs.get("batch_size"), "callbacks must pass batch_size (a RolloutBatch has no inferable size)"
+        self.logged.update(metrics)
+
+
+def trainer_stub(callbacks, loggers=()):
+    return SimpleNamespace(callbacks=list(callbacks), loggers=list(loggers), global_step=7)
+
+
+def warmed_debias(method="offset", pairs=8):
+    cb = DebiasCallback(Debiaser(method, ["action_class"], kappa=1.0, min_pairs=4, half_life=float("inf")))
+    for seed in range(pairs):
+        b = biased_batch(seed=100 + seed, anchor_groups=(0, 1, 2))
+        cb.on_train_batch_start(trainer_stub([cb]), Recorder(), b, 0)
+    return cb
+
+
+@pytest.mark.parametrize("method", ["offset", "isotonic"])
+def test_debias_rewrites_wm_rows_and_keeps_anchor_rewards(method):
+    cb = warmed_debias(method)
+    batch = biased_batch(seed=1, valid=[True] * 11 + [False])
+    raw_reward = batch.reward.clone()
+    cb.on_train_batch_start(trainer_stub([cb]), Recorder(), batch, 0)
+    anchors, wm_rows = batch.is_anchor, batch.wm_only
+    assert torch.equal(batch.reward[anchors], batch.real_reward[anchors])
+    assert not torch.isclose(batch.reward[wm_rows], raw_reward[wm_rows]).all()
+    assert batch.reward[11] == raw_reward[11]  # an invalid row is left alone
+    assert torch.equal(batch.wm_reward[wm_rows], raw_reward[wm_rows])  # the raw WM score is kept
+    # the class-dependent bias is gone from the WM rows: corrected ≈ real reward of the same program
+    rng = np.random.default_rng(1)
+    true_real = torch.tensor(rng.uniform(0.2, 0.8, 12), dtype=torch.float32)
+    err = (batch.reward - true_real)[wm_rows]
+    assert err.abs().max() < 0.06, err
+    assert (raw_reward - true_real)[wm_rows].abs().max() > 0.25
+
+
+def test_debias_learns_from_the_batch_anchor_pairs_before_correcting():
+    cb = DebiasCallback(Debiaser("offset", ["action_class"], kappa=1.0, half_life=float("inf")))
+    rec = Recorder()
+    batch = biased_batch(seed=2, anchor_groups=(0,))
+    cb.on_train_batch_start(trainer_stub([cb]), rec, batch, 0)
+    assert cb.debiaser.pairs == 4
+    # on the very first batch the WM rows are already corrected with the pairs that arrived with it
+    forest_wm = [i for i in range(4, 12) if batch.strata["action_class"][i] == "forest"]
+    assert torch.all(batch.wm_reward[forest_wm] - batch.reward[forest_wm] > 0.2)
+    assert set(rec.logged) == {"debias/pairs", "debias/bias_global", "debias/strata", "debias/mae_before", "debias/mae_after"}
+    assert rec.logged["debias/pairs"] == 4.0 and rec.logged["debias/strata"] == 2.0
+    assert rec.logged["debias/mae_after"] == rec.logged["debias/mae_before"]  # out of sample: nothing learned before
+
+
+def test_debias_correct_for_observations_and_missing_strata():
+    cb = warmed_debias("offset")
+    scores = torch.tensor([0.9, 0.6])
+    out = cb.correct(scores, {"action_class": ["forest", "linear"]})
+    assert isinstance(out, torch.Tensor) and out[0] < 0.9 - 0.25 and abs(out[1] - 0.6) < 0.05
+    assert isinstance(cb.correct([0.9], {"action_class": ["forest"]}), np.ndarray)
+    with pytest.raises(KeyError, match="action_class"):
+        cb.correct(scores, {"task": ["iris", "iris"]})
+
+
+def test_denoise_inverse_variance_sets_weights():
+    cb = DenoiseCallback("inverse_variance", sigma_floor=0.05, w_min=0.2, w_max=3.0)
+    rec = Recorder()
+    batch = biased_batch(seed=3, valid=[True] * 11 + [False])
+    cb.on_train_batch_start(trainer_stub([cb]), rec, batch, 0)
+    w = batch.weight
+    assert torch.all(w[:4] == w[:11].max())  # anchors: real rewards at the noise floor
+    wm_rows = torch.arange(4, 11)
+    order = torch.argsort(batch.wm_var[wm_rows])
+    assert torch.all(torch.diff(w[wm_rows][order]) <= 1e-6)  # more WM variance, less weight
+    assert w[11] == 0.0 and w[:11].min() >= 0.2 and w[:11].max() <= 3.0
+    assert set(rec.logged) == {"denoise/weight_mean", "denoise/weight_min", "denoise/weight_max"}
+
+
+def test_denoise_anchor_upweight_uses_the_calibrated_residual():
+    debias = warmed_debias("offset")
+    raw = DenoiseCallback("anchor_upweight", c=1.0, ema=0.5, w_max=10.0)
+    calibrated = DenoiseCallback("anchor_upweight", c=1.0, ema=0.5, w_max=10.0)
+    for seed in range(3):
+        raw.on_train_batch_start(trainer_stub([raw]), Recorder(), biased_batch(seed=10 + seed), 0)
+        rec = Recorder()
+        batch = biased_batch(seed=10 + seed)
+        debias.on_train_batch_start(trainer_stub([debias, calibrated]), rec, batch, 0)
+        calibrated.on_train_batch_start(trainer_stub([debias, calibrated]), rec, batch, 0)
+    # the forest bias is class-dependent, so it survives group-centring and shows in raw s²;
+    # after debiasing little residual remains
+    assert raw.s2 > 0.5 and calibrated.s2 < 0.5 * raw.s2
+    w = batch.weight
+    assert torch.allclose(w[:4], torch.full((4,), 1.0 + calibrated.s2)) and torch.equal(w[4:], torch.ones(8))
+    assert rec.logged["denoise/s2"] == pytest.approx(calibrated.s2)
+
+
+def _through_checkpoint(state):
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    buf.seek(0)
+    return torch.load(buf, weights_only=True)
+
+
+@pytest.mark.parametrize("method", ["offset", "isotonic"])
+def test_callback_state_survives_a_checkpoint_round_trip(method):
+    debias, denoise = warmed_debias(method), DenoiseCallback("anchor_upweight")
+    denoise.on_train_batch_start(trainer_stub([debias, denoise]), Recorder(), biased_batch(seed=20), 0)
+    fresh_debias = DebiasCallback(Debiaser(method, ["action_class"], kappa=1.0, min_pairs=4, half_life=float("inf")))
+    fresh_denoise = DenoiseCallback("anchor_upweight")
+    fresh_debias.load_state_dict(_through_checkpoint(debias.state_dict()))
+    fresh_denoise.load_state_dict(_through_checkpoint(denoise.state_dict()))
+    a, b = biased_batch(seed=21), biased_batch(seed=21)
+    for cbs, batch in (([debias, denoise], a), ([fresh_debias, fresh_denoise], b)):
+        for cb in cbs:
+            cb.on_train_batch_start(trainer_stub(cbs), Recorder(), batch, 0)
+    assert torch.equal(a.reward, b.reward) and torch.equal(a.weight, b.weight)
+    assert fresh_denoise.s2 == denoise.s2 and fresh_debias.batches == debias.batches
+
+
+def test_strata_table_goes_to_mlflow_as_an_artifact():
+    class Client:
+        def __init__(self):
+            self.texts = {}
+
+        def log_text(self, run_id, text, artifact_file):  # MlflowClient.log_text(run_id, text, artifact_file)
+            self.texts[(run_id, artifact_file)] = text
+
+    logger = SimpleNamespace(experiment=Client(), run_id="r1")
+    cb = warmed_debias("offset")
+    cb.table_every = 1
+    cb.on_train_batch_start(trainer_stub([cb], [logger]), Recorder(), biased_batch(seed=30), 0)
+    text = logger.experiment.texts[("r1", "debias/strata_step_7.md")]
+    assert "| forest |" in text and "| linear |" in text and "| * |" in text
+    cb.on_train_batch_start(trainer_stub([cb], []), Recorder(), biased_batch(seed=31), 0)  # no logger: no error
+
+
+def test_from_config_builds_the_configured_callbacks_in_order():
+    cfg = load_config(["callbacks.debias.method=offset", "callbacks.denoise.method=anchor_upweight"])
+    debias, denoise = correction_callbacks(cfg.callbacks)
+    assert isinstance(debias, DebiasCallback) and debias.debiaser.method == "offset"
+    assert debias.debiaser.stratify_by == ("action_class",)
+    assert isinstance(denoise, DenoiseCallback) and denoise.method == "anchor_upweight"
+    assert correction_callbacks(load_config(["experiment=wm_raw"]).callbacks) == []
+
+
+def test_callbacks_inside_a_real_lightning_trainer(tmp_path):
+    """Lightning calls the hooks with the RolloutBatch, records the logged names and checkpoints the state."""
+    import lightning.pytorch as pl
+
+    from wmrl.rl import group_advantages, policy_loss
+
+    class TinyPolicy(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.logits = torch.nn.Parameter(torch.zeros(3))
+
+        def training_step(self, batch, batch_idx):
+            adv = group_advantages(batch.reward, batch.group_ids, batch.weight, batch.valid)
+            logp = torch.log_softmax(self.logits, 0)[batch.input_ids]
+            loss, _ = policy_loss(logp, logp.detach(), adv, batch.loss_mask, weight=batch.weight)
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    batches = [biased_batch(seed=40 + i, anchor_groups=(i % 3,)) for i in range(3)]
+    debias = DebiasCallback(Debiaser("isotonic", ["action_class"], min_pairs=4))
+    denoise = DenoiseCallback("inverse_variance")
+    trainer = pl.Trainer(max_epochs=1, callbacks=[debias, denoise], logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
+    trainer.fit(TinyPolicy(), DataLoader(batches, batch_size=None, collate_fn=lambda b: b))
+    logged = set(trainer.callback_metrics)
+    assert {"debias/pairs", "debias/bias_global", "debias/mae_before", "debias/mae_after",
+            "denoise/weight_mean", "denoise/weight_min", "denoise/weight_max"} <= logged
+    assert trainer.callback_metrics["debias/pairs"].item() == 12.0
+    trainer.save_checkpoint(tmp_path / "last.ckpt")
+    ckpt = torch.load(tmp_path / "last.ckpt", weights_only=True)
+    restored = DebiasCallback(Debiaser("isotonic", ["action_class"], min_pairs=4))
+    restored.load_state_dict(ckpt["callbacks"][debias.state_key])
+    probe = torch.tensor([0.4, 0.9])
+    strata = {"action_class": ["forest", "linear"]}
+    assert torch.equal(restored.correct(probe, strata), debias.correct(probe, strata))
+    assert not math.isnan(float(trainer.callback_metrics["debias/bias_global"]))
