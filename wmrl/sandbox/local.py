@@ -278,10 +278,10 @@ class LocalSandbox:
         reply = blobs = None
         for attempt in range(1, self.retries + 2):
             try:
-                if self._before_attempt is not None:
-                    self._before_attempt(worker, attempt)
                 if not worker.alive:
                     worker.start()
+                if self._before_attempt is not None:
+                    self._before_attempt(worker, attempt)
                 header = {"op": "run", "key": key, "source": req.program, "limits": limits}
                 reply, blobs = worker.request(header, [], time.monotonic() + limit + ANSWER_MARGIN_S)
                 if reply.get("op") == "need_data":
