@@ -11,7 +11,7 @@ from typing import Dict
 from wmrl.tasks.spec import TaskSpec
 
 _FAST, _SLOW = 10.0, 30.0
-# SVM and MLP references need minutes on 10k rows; the rest span the same range of skill.
+# SVM and MLP references need minutes on thousands of rows; the rest span the same range of skill.
 _LARGE_REFS = ("dummy", "naive_bayes", "logreg", "knn", "stump", "tree", "forest", "boosting")
 _LARGE_REG_REFS = ("dummy", "linear", "lasso", "knn", "stump", "tree", "forest", "boosting")
 
@@ -42,9 +42,9 @@ BUILTIN: Dict[str, TaskSpec] = {s.name: s for s in [
              references=_LARGE_REFS,
              description="3 classes from 40 features (20 informative, 5 redundant, the rest noise), 3% label noise."),
     TaskSpec("large_reg", "synthetic:make_friedman1", "regression", "r2", _SLOW,
-             params={"n_samples": 10000, "n_features": 20, "noise": 1.0},
+             params={"n_samples": 8000, "n_features": 15, "noise": 1.0},
              references=_LARGE_REG_REFS,
-             description="Nonlinear target of 5 uniform features (sin, square, linear terms); 15 more are noise."),
+             description="Nonlinear target of 5 uniform features (sin, square, linear terms); 10 more are noise."),
     # Held out: evaluation only.
     TaskSpec("iris", "bundled:iris", "classification", "accuracy", _FAST, held_out=True,
              description="Classify 3 iris species from 4 flower measurements (re-encoded)."),

@@ -31,6 +31,7 @@ class Task:
         self._secret = secret
         self._splits: Optional[data.Splits] = None
         self._board: Optional[Dict] = None
+        self._fingerprint: Optional[str] = None
 
     def __repr__(self) -> str:
         return f"Task({self.name!r}, {self.kind}, metric={self.metric})"
@@ -54,8 +55,10 @@ class Task:
 
     def fingerprint(self) -> str:
         """Hash of what may enter the sandbox (no hidden labels), to cache arrays per task."""
-        s = self.splits()
-        return data.digest(s.X_train, s.y_train, s.X_val, s.X_test)
+        if self._fingerprint is None:
+            s = self.splits()
+            self._fingerprint = data.digest(s.X_train, s.y_train, s.X_val, s.X_test)
+        return self._fingerprint
 
     def data_digest(self) -> str:
         """Hash of all arrays including hidden labels: host-only, keys the leaderboard cache."""
