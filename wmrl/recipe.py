@@ -1,0 +1,187 @@
+"""The training recipe, top to bottom: config -> run directory -> tasks, sandbox, policy, world model,
+callbacks -> Lightning fit -> MLflow. `python train.py` calls `train(cfg)`."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from pathlib import Path
+
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import lightning as L
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from wmrl.outcome import Outcome, Status, render_observation
+
+
+def tokenizer_corpus(tasks: list, seed: int, n_programs: int = 3000) -> list[str]:
+    """Texts the built-in tokenizer is trained on: every prompt, grammar programs, feedback lines."""
+    from wmrl.policy import grammar
+    from wmrl.policy.chat import NEXT_TURN
+
+    rng = random.Random(seed)
+    corpus = [t.prompt() for t in tasks] * 4
+    for _ in range(n_programs):
+        corpus.append(grammar.sample_program(rng.choice(["classification", "regression"]), rng, 0.2).source)
+    for t in tasks:
+        for status in Status:
+            if status is Status.VALID:
+                o = Outcome(t.name, status, t.metric, value=rng.random(), pos=rng.random())
+            else:
+                o = Outcome(t.name, status, t.metric, stderr_tail="ValueError: Unknown label type: continuous")
+            corpus.append(render_observation(o) + "\n" + NEXT_TURN)
+    return corpus
+
+
+def build_policy_and_tokenizer(cfg: DictConfig, tasks: list, cache_dir: Path, progress: bool):
+    from wmrl.policy.chat import ChatFormat
+    from wmrl.policy.model import build_policy, load_pretrained
+    from wmrl.policy.tokenizer import cached_tokenizer
+    from wmrl.policy.warmstart import warm_start, warm_start_key
+
+    if cfg.policy.model:
+        policy, tok = load_pretrained(cfg.policy.model)
+        key_tok = cfg.policy.model
+    else:
+        tok = cached_tokenizer(tokenizer_corpus(tasks, cfg.seed), cfg.policy.vocab_size, cache_dir)
+        torch.manual_seed(cfg.seed)
+        policy = build_policy(cfg.policy, len(tok), tok.pad_token_id, tok.eos_token_id)
+        key_tok = json.dumps(tok.get_vocab(), sort_keys=True)[:100000]
+    chat = ChatFormat(tok)
+    info = {"warm_start": False}
+    if cfg.policy.warm_start:
+        torch.manual_seed(cfg.seed)
+        key = warm_start_key(cfg.policy, key_tok, tasks, cfg.rollout.turns, cfg.seed)
+        info = warm_start(policy, chat, tasks, cfg.policy, cfg.rollout.turns, cfg.seed, cache_dir, key, progress)
+    return policy, tok, chat, info
+
+
+def run_directory(cfg: DictConfig) -> tuple[Path, str | None]:
+    """A fresh run directory, or the one of the checkpoint being resumed (and that checkpoint)."""
+    root = Path(cfg.run_dir)
+    if cfg.resume:
+        if cfg.resume == "last":
+            runs = sorted((p for p in root.glob(f"{cfg.name}-*") if (p / "checkpoints" / "last.ckpt").exists()),
+                          key=lambda p: p.stat().st_mtime)
+            if not runs:
+                raise FileNotFoundError(f"resume=last: no run of preset {cfg.name!r} with a checkpoint under {root}/")
+            return runs[-1], str(runs[-1] / "checkpoints" / "last.ckpt")
+        ckpt = Path(cfg.resume)
+        if not ckpt.exists():
+            raise FileNotFoundError(f"resume={cfg.resume}: no such checkpoint")
+        return ckpt.parent.parent, str(ckpt)
+    path = root / f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    path.mkdir(parents=True, exist_ok=False)
+    return path, None
+
+
+def wm_examples_from(suite):
+    """batch -> [(WMQuery, Outcome)] for every program of the batch that was executed for real."""
+    from wmrl.world_model import WMQuery
+
+    def examples(batch):
+        out = []
+        for rec in batch.records:
+            if not rec["executed"]:
+                continue
+            task = suite.get(rec["task"])
+            history = ""
+            for turn in rec["turns"]:
+                o = Outcome.from_dict(turn["real"])
+                if o.status is not Status.INFRA_ERROR:
+                    out.append((WMQuery(task.name, task.descriptor(), turn["program"], history, task.metric), o))
+                history = (history + "\n" + turn["observation"]).strip()
+        return out
+
+    return examples
+
+
+def train(cfg: DictConfig) -> dict:
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.loggers import MLFlowLogger
+
+    from callbacks import build_callbacks
+    from datamodules.rollout import Rollout, RolloutDataModule
+    from wmrl.env import Environment
+    from wmrl.evaluate import Evaluator
+    from wmrl.generation import make_generator
+    from wmrl.module import WMRLModule
+    from wmrl.sandbox import make_sandbox
+    from wmrl.tasks import load_suite
+
+    if cfg.threads > 0:
+        torch.set_num_threads(cfg.threads)
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    run_dir, ckpt_path = run_directory(cfg)
+    OmegaConf.save(cfg, run_dir / ("config.yaml" if ckpt_path is None else "config.resumed.yaml"))
+    cache_dir = Path(cfg.task.cache_dir).expanduser()
+
+    suite = load_suite(cfg.task)
+    train_tasks, eval_tasks = suite.train_tasks(), suite.eval_tasks()
+    policy, tok, chat, warm = build_policy_and_tokenizer(cfg, train_tasks, cache_dir, cfg.trainer.progress_bar)
+
+    sandbox = make_sandbox(cfg.sandbox, log_path=run_dir / "executions.sqlite")
+    world_model = None
+    if cfg.env.mode == "wm":
+        from wmrl.world_model import make_world_model
+
+        world_model = make_world_model(cfg.world_model)
+    callbacks = build_callbacks(cfg.callbacks)
+    debias = next((c for c in callbacks if hasattr(c, "correct")), None)
+    correct_obs = debias.correct if debias is not None and cfg.callbacks.debias.correct_observations else None
+    env = Environment(sandbox, world_model, cfg.env, suite, observation_correction=correct_obs)
+    generator = make_generator(cfg.generation, policy, tok, chat.eos_ids)
+    rollout = Rollout(policy, tok, chat, generator, env, suite, cfg.rollout, cfg.generation, cfg.policy.max_length, cfg.seed)
+    evaluator = Evaluator(rollout, eval_tasks, cfg.eval, cfg.logger.samples_per_eval)
+    module = WMRLModule(cfg, policy, world_model, evaluator, wm_examples_from(suite))
+    data = RolloutDataModule(rollout, train_tasks, cfg.rollout.groups_per_step, cfg.rollout.group_size, cfg.rl.steps, cfg.seed)
+    data.attach(module)
+
+    run_id = None
+    if ckpt_path is not None:
+        run_id = torch.load(ckpt_path, map_location="cpu", weights_only=False)["wmrl"]["mlflow_run_id"]
+    logger = MLFlowLogger(experiment_name=cfg.logger.experiment_name, tracking_uri=cfg.logger.tracking_uri,
+                          run_name=cfg.logger.run_name or run_dir.name, run_id=run_id, log_model=False)
+    if run_id is None:
+        flat = {k: v for k, v in _flatten(OmegaConf.to_container(cfg, resolve=True)).items()}
+        logger.log_hyperparams(flat)
+        logger.experiment.log_text(logger.run_id, OmegaConf.to_yaml(cfg), "config.yaml")
+        logger.experiment.set_tag(logger.run_id, "run_dir", str(run_dir.resolve()))
+        logger.experiment.set_tag(logger.run_id, "warm_start", json.dumps(warm))
+    checkpoint = ModelCheckpoint(dirpath=run_dir / "checkpoints", save_last=True, save_top_k=0,
+                                 every_n_train_steps=cfg.rl.updates_per_batch)
+    trainer = L.Trainer(
+        max_epochs=1, logger=logger, callbacks=[*callbacks, checkpoint], accelerator=cfg.trainer.accelerator,
+        devices=_devices(cfg.trainer.devices), strategy=cfg.trainer.strategy, precision=cfg.trainer.precision,
+        enable_progress_bar=cfg.trainer.progress_bar, enable_model_summary=False, log_every_n_steps=1,
+        num_sanity_val_steps=0, limit_val_batches=0,
+    )
+    try:
+        trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
+    finally:
+        sandbox.close()
+    final = run_dir / "checkpoints" / "last.ckpt"
+    if final.exists():
+        logger.experiment.log_artifact(logger.run_id, str(final), "checkpoints")
+    summary = {"run_dir": str(run_dir), "mlflow_run_id": logger.run_id, "steps": module.rl_step,
+               "eval/real_reward": module.last_eval, **module.totals}
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+def _devices(devices: str):
+    return int(devices) if devices.isdigit() else devices
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
