@@ -1,0 +1,178 @@
+"""Sandbox throughput: the warm zygote pool against a cold `python` subprocess per program.
+
+    python benchmarks/sandbox_throughput.py [--out results.json] [--n 12] [--isolation auto]
+
+Measures, in one run and on the same programs:
+- per-execution overhead (wall time minus the program's own fit+predict time) and executions/s
+  of the warm pool with 1 slot, and of a fresh interpreter that imports scikit-learn and runs the
+  program without any isolation (the cold baseline is flattered, not handicapped);
+- parallel efficiency of 2 slots on fit-dominated programs (a ~1 s RandomForest):
+  T(1 slot) / (2 * T(2 slots)) on the same batch.
+Targets: warm overhead <= 1/8 of cold; 2-slot efficiency >= 0.8.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from wmrl.config import SandboxConfig  # noqa: E402
+from wmrl.outcome import Outcome, RawResult, Status, ladder_reward  # noqa: E402
+from wmrl.sandbox import ExecRequest  # noqa: E402
+from wmrl.sandbox.local import LocalSandbox  # noqa: E402
+
+LIGHT = """
+from sklearn.linear_model import LogisticRegression
+def build():
+    return LogisticRegression(max_iter=200)
+"""
+HEAVY = """
+from sklearn.ensemble import RandomForestClassifier
+def build():
+    return RandomForestClassifier(n_estimators={trees}, random_state=0)
+"""
+COLD_RUNNER = """
+import os, sys, time, json
+for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[v] = "1"
+import numpy as np, sklearn
+ns = {}
+exec(compile(open(sys.argv[1]).read(), "program.py", "exec"), ns)
+X_train, y_train, X_eval = (np.load(os.path.join(sys.argv[2], n + ".npy")) for n in ("X_train", "y_train", "X_eval"))
+model = ns["build"]()
+t = time.perf_counter(); model.fit(X_train, y_train); fit_s = time.perf_counter() - t
+t = time.perf_counter(); pred = model.predict(X_eval); predict_s = time.perf_counter() - t
+np.save(os.path.join(sys.argv[2], "pred.npy"), np.asarray(pred), allow_pickle=False)
+print(json.dumps({"fit_s": fit_s, "predict_s": predict_s}))
+"""
+
+
+class SyntheticTask:
+    """A classification task made on the fly: no task suite or cache needed to benchmark."""
+
+    def __init__(self, n: int, features: int, name: str):
+        from sklearn.datasets import make_classification
+
+        X, y = make_classification(n_samples=n, n_features=features, n_informative=features // 2, random_state=0)
+        cut = int(0.8 * n)
+        self._X_train, self._y_train, self._X_eval, self._y_eval = X[:cut], y[:cut], X[cut:], y[cut:]
+        self.name, self.time_limit_s = name, 60.0
+
+    def inputs(self, split):
+        return self._X_train, self._y_train, self._X_eval
+
+    def fingerprint(self):
+        return f"{self.name}-v1"
+
+    def judge(self, raw: RawResult, split: str) -> Outcome:
+        acc = float(np.mean(np.asarray(raw.predictions) == self._y_eval))
+        return Outcome(task=self.name, status=Status.VALID, metric="accuracy", value=acc, pos=acc,
+                       reward=ladder_reward(Status.VALID, acc), split=split)
+
+
+def warm(task, program: str, n: int, slots: int, isolation: str, batch: bool) -> dict:
+    with LocalSandbox(SandboxConfig(slots=slots, isolation=isolation)) as sb:
+        sb.run([ExecRequest(task, program) for _ in range(slots)])  # start-up and data transfer, not measured
+        t0 = time.monotonic()
+        if batch:
+            outs = sb.run([ExecRequest(task, program) for _ in range(n)])
+        else:
+            outs = [sb.run([ExecRequest(task, program)])[0] for _ in range(n)]
+        total = time.monotonic() - t0
+    assert all(o.status is Status.VALID for o in outs), [o.stderr_tail for o in outs if o.status is not Status.VALID]
+    return summarize(total, [(o.wall_s, o.fit_s + o.predict_s) for o in outs], n)
+
+
+def cold(task, program: str, n: int) -> dict:
+    with tempfile.TemporaryDirectory() as d:
+        for name, arr in zip(("X_train", "y_train", "X_eval"), task.inputs("val")):
+            np.save(os.path.join(d, name + ".npy"), arr)
+        Path(d, "program.py").write_text(program)
+        Path(d, "runner.py").write_text(COLD_RUNNER)
+        runs = []
+        t0 = time.monotonic()
+        for _ in range(n):
+            t = time.monotonic()
+            r = subprocess.run([sys.executable, os.path.join(d, "runner.py"), os.path.join(d, "program.py"), d],
+                               capture_output=True, text=True, check=True)
+            wall = time.monotonic() - t
+            times = json.loads(r.stdout.strip().splitlines()[-1])
+            np.load(os.path.join(d, "pred.npy"), allow_pickle=False)
+            runs.append((wall, times["fit_s"] + times["predict_s"]))
+        total = time.monotonic() - t0
+    return summarize(total, runs, n)
+
+
+def summarize(total: float, runs: list[tuple[float, float]], n: int) -> dict:
+    walls = [w for w, _ in runs]
+    overheads = [w - c for w, c in runs]
+    return {"n": n, "total_s": total, "exec_per_s": n / total, "wall_mean_s": statistics.mean(walls),
+            "overhead_mean_s": statistics.mean(overheads), "overhead_median_s": statistics.median(overheads),
+            "compute_mean_s": statistics.mean(c for _, c in runs)}
+
+
+def calibrate_trees(task, target_s: float = 1.0) -> int:
+    """Trees that make a single-threaded RandomForest fit take about `target_s` here."""
+    from sklearn.ensemble import RandomForestClassifier
+
+    X, y, _ = task.inputs("val")
+    t = time.perf_counter()
+    RandomForestClassifier(n_estimators=20, random_state=0).fit(X, y)
+    per_tree = (time.perf_counter() - t) / 20
+    return max(10, int(target_s / per_tree))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default=None, help="write the results as JSON here")
+    p.add_argument("--n", type=int, default=12, help="executions per light measurement")
+    p.add_argument("--heavy-n", type=int, default=6, help="fit-dominated executions per parallel measurement")
+    p.add_argument("--isolation", default="auto")
+    args = p.parse_args()
+
+    light_task = SyntheticTask(600, 10, "bench-light")
+    heavy_task = SyntheticTask(3000, 20, "bench-heavy")
+    trees = calibrate_trees(heavy_task)
+    heavy = HEAVY.format(trees=trees)
+    res = {"cpu_count": os.cpu_count(), "isolation": args.isolation, "rf_trees": trees,
+           "loadavg_1min_at_start": os.getloadavg()[0]}  # other work on the machine skews efficiency
+    res["light_cold"] = cold(light_task, LIGHT, max(4, args.n // 2))
+    res["light_warm_1slot"] = warm(light_task, LIGHT, args.n, 1, args.isolation, batch=False)
+    res["light_warm_2slots"] = warm(light_task, LIGHT, args.n, 2, args.isolation, batch=True)
+    res["heavy_cold"] = cold(heavy_task, heavy, 2)
+    res["heavy_warm_1slot"] = warm(heavy_task, heavy, args.heavy_n, 1, args.isolation, batch=True)
+    res["heavy_warm_2slots"] = warm(heavy_task, heavy, args.heavy_n, 2, args.isolation, batch=True)
+    res["loadavg_1min_at_end"] = os.getloadavg()[0]
+    res["overhead_ratio_warm_over_cold"] = res["light_warm_1slot"]["overhead_mean_s"] / res["light_cold"]["overhead_mean_s"]
+    res["parallel_efficiency_2slots"] = res["heavy_warm_1slot"]["total_s"] / (2 * res["heavy_warm_2slots"]["total_s"])
+    res["targets_met"] = {"overhead_le_1/8_cold": res["overhead_ratio_warm_over_cold"] <= 1 / 8,
+                          "efficiency_ge_0.8": res["parallel_efficiency_2slots"] >= 0.8}
+
+    print(f"\ncpu cores: {res['cpu_count']}, isolation: {args.isolation}, RandomForest trees: {trees}, "
+          f"load average at start/end: {res['loadavg_1min_at_start']:.1f}/{res['loadavg_1min_at_end']:.1f}\n")
+    print("| measurement | n | executions/s | mean wall s | mean overhead s | mean fit+predict s |")
+    print("|---|---|---|---|---|---|")
+    for key in ("light_cold", "light_warm_1slot", "light_warm_2slots", "heavy_cold", "heavy_warm_1slot",
+                "heavy_warm_2slots"):
+        r = res[key]
+        print(f"| {key} | {r['n']} | {r['exec_per_s']:.2f} | {r['wall_mean_s']:.3f} | {r['overhead_mean_s']:.3f} "
+              f"| {r['compute_mean_s']:.3f} |")
+    print(f"\nwarm/cold overhead ratio: {res['overhead_ratio_warm_over_cold']:.3f} (target <= 0.125)")
+    print(f"parallel efficiency, 2 slots, fit-dominated: {res['parallel_efficiency_2slots']:.2f} (target >= 0.8)")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(res, indent=2))
+
+
+if __name__ == "__main__":
+    main()
