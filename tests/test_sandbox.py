@@ -175,3 +175,12 @@ def test_cli_usage_errors_exit_2(tmp_path, args, message):
     r = subprocess.run([sys.executable, "-m", "wmrl.sandbox", *[a.format(good=good) for a in args]], cwd=REPO,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and message in r.stderr
+
+
+def test_concurrent_sandboxes_get_disjoint_uids(sandbox, task):
+    """A second sandbox's post-execution sweep must never reach the first one's programs."""
+    with LocalSandbox(SandboxConfig(slots=2)) as other:
+        assert not set(other.uids) & set(sandbox.uids)
+        future = sandbox.submit([ExecRequest(task, SLEEP.format(s=1.0))])
+        assert other.run([ExecRequest(task, GOOD)])[0].status is Status.VALID
+        assert future.result(timeout=60)[0].status is Status.VALID

@@ -18,7 +18,6 @@ import pytest
 from wmrl.config import SandboxConfig
 from wmrl.outcome import Status
 from wmrl.sandbox.base import ExecRequest
-from wmrl.sandbox.isolation import UID_BASE
 from wmrl.sandbox.local import LocalSandbox
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -59,7 +58,7 @@ def task():
     return IrisTask(time_limit_s=LIMIT_S)
 
 
-def sandbox_processes(extra_marker: str | None = None) -> list[str]:
+def sandbox_processes(uids, extra_marker: str | None = None) -> list[str]:
     """Host view: processes running as a sandbox uid, or whose cmdline holds the marker."""
     found = []
     for name in os.listdir("/proc"):
@@ -70,7 +69,7 @@ def sandbox_processes(extra_marker: str | None = None) -> list[str]:
             cmd = Path(f"/proc/{name}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if UID_BASE <= uid < UID_BASE + SLOTS or (extra_marker and extra_marker in cmd and str(os.getpid()) != name):
+        if uid in uids or (extra_marker and extra_marker in cmd and str(os.getpid()) != name):
             found.append(f"{name} uid={uid} {cmd[:80]}")
     return found
 
@@ -87,9 +86,9 @@ def run_hostile(sandbox, task, host, source, status, reward=None, marker=None):
     assert host["marker"].read_text() == "intact"
     assert not host["created"].exists()
     deadline = time.monotonic() + 1.0
-    while sandbox_processes(marker) and time.monotonic() < deadline:
+    while sandbox_processes(sandbox.uids, marker) and time.monotonic() < deadline:
         time.sleep(0.05)  # the kernel may still be tearing a killed process down
-    assert sandbox_processes(marker) == []
+    assert sandbox_processes(sandbox.uids, marker) == []
     [after] = sandbox.run([ExecRequest(task, GOOD)])
     assert after.status is Status.VALID and after.reward > 0.9, after.stderr_tail[-800:]
     return out

@@ -7,6 +7,7 @@ only an execution the sandbox itself keeps losing becomes `infra_error`.
 """
 from __future__ import annotations
 
+import fcntl
 import io
 import json
 import logging
@@ -52,9 +53,9 @@ def _get(cfg: Any, key: str, default: Any) -> Any:
 class _Worker:
     """One slot: a zygote process inside the isolation, spoken to over its stdin/stdout."""
 
-    def __init__(self, slot: int, mode: str, scratch_mb: int):
+    def __init__(self, slot: int, uid: int, mode: str, scratch_mb: int):
         self.slot = slot
-        self.uid = isolation.UID_BASE + slot
+        self.uid = uid
         self.mode = mode
         self.scratch_mb = scratch_mb
         self.proc: subprocess.Popen | None = None
@@ -185,7 +186,9 @@ class LocalSandbox:
         self._closed = False
         # Test hook: called as hook(worker, attempt) before every attempt, e.g. to kill the worker.
         self._before_attempt: Callable[[_Worker, int], None] | None = None
-        self._workers = [_Worker(k, self.isolation, self.scratch_mb) for k in range(self.slots)]
+        self._uid_lock, uid_base = _claim_uids(self.slots)
+        self.uids = [uid_base + k for k in range(self.slots)]  # one private uid per slot, machine-wide unique
+        self._workers = [_Worker(k, self.uids[k], self.isolation, self.scratch_mb) for k in range(self.slots)]
         # Each worker is started and served by its own long-lived thread: bwrap's
         # --die-with-parent follows the thread that spawned it.
         self._threads = [threading.Thread(target=self._serve, args=(w,), daemon=True, name=f"sandbox-slot{w.slot}")
@@ -227,6 +230,7 @@ class LocalSandbox:
             w.stop()
         if self._log is not None:
             self._log.close()
+        os.close(self._uid_lock)
 
     def __enter__(self) -> "LocalSandbox":
         return self
@@ -367,6 +371,28 @@ class LocalSandbox:
         except Exception:
             fp = None
         self._log.append(outcome, req.program, req.meta, fingerprint=fp, stdout_tail=stdout_tail, detail=detail)
+
+
+UID_BLOCK = 256  # uids reserved per sandbox: slots beyond this are not supported
+
+
+def _claim_uids(slots: int) -> tuple[int, int]:
+    """(lock fd, first uid) of a uid block no other live sandbox on this machine holds.
+
+    Two sandboxes sharing a uid would kill each other's programs in the post-execution
+    sweep; an flock is released by the kernel even if this process is SIGKILLed."""
+    if slots > UID_BLOCK:
+        raise ValueError(f"sandbox.slots={slots} exceeds {UID_BLOCK} per sandbox")
+    lock_dir = "/tmp/wmrl-sandbox-uids"
+    os.makedirs(lock_dir, mode=0o700, exist_ok=True)
+    for k in range(200):
+        fd = os.open(f"{lock_dir}/{k}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd, isolation.UID_BASE + k * UID_BLOCK
+        except BlockingIOError:
+            os.close(fd)
+    raise RuntimeError("more than 200 sandboxes alive on this machine")
 
 
 def parse_predictions(data: bytes, cap_bytes: int) -> tuple[np.ndarray | None, str]:
