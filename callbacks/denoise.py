@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from lightning.pytorch import Callback
 
 from callbacks.debias import DebiasCallback
