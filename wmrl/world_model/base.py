@@ -1,0 +1,148 @@
+"""What every world model offers: predict outcomes of programs, learn from real executions.
+
+A world model answers a batch of `WMQuery`s with one `WMPrediction` (tensors over the batch).
+Implementations: `LearnedEnsembleWM` (ensemble.py); a prompted-LM world model (the frozen base
+LLM answering in JSON) fits the same protocol: it fills `status_probs` from its stated status and
+confidence, `pos_mean/pos_std` from its quality bucket, and may leave `update` a no-op.
+"""
+from __future__ import annotations
+
+import ast
+import math
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence, runtime_checkable
+
+import torch
+
+from wmrl.outcome import LADDER, PREDICTED_STATUSES, Outcome, Status, render_observation
+
+N_STATUS = len(PREDICTED_STATUSES)
+VALID_INDEX = PREDICTED_STATUSES.index(Status.VALID)
+# ladder base of each predicted status, in PREDICTED_STATUSES order
+LADDER_BASE = torch.tensor([LADDER[s] for s in PREDICTED_STATUSES])
+
+
+@dataclass(frozen=True)
+class WMQuery:
+    """One program to predict: the task it runs on and what the agent has seen so far."""
+
+    task: str
+    descriptor: str  # one line, e.g. "task=wine kind=classification n=124 d=13 classes=3 metric=accuracy"
+    program: str
+    history: str = ""  # earlier turns' observations
+    metric: str = ""  # metric name shown in the predicted observation
+
+
+try:  # the sandbox's own rule, so the world model and the real sandbox agree exactly
+    from wmrl.sandbox.program import precheck
+except ImportError:  # a sandbox-less install: the same rule, locally
+    def precheck(source: str) -> tuple[Status | None, str]:
+        """Deterministic check before any model: malformed / syntax_error, or None when it may run."""
+        return _local_precheck(source)
+
+
+def _local_precheck(source: str) -> tuple[Status | None, str]:
+    if not source or not source.strip():
+        return Status.MALFORMED, "empty program"
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError) as e:  # ValueError: null bytes
+        return Status.SYNTAX_ERROR, f"{type(e).__name__}: {e}"
+    if not any(isinstance(n, ast.FunctionDef) and n.name == "build" for n in tree.body):
+        return Status.MALFORMED, "no top-level `def build`"
+    return None, ""
+
+
+def reward_moments(status_probs: torch.Tensor, pos_mean: torch.Tensor, pos_var: torch.Tensor
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and variance of the ladder reward under a status distribution and a Gaussian pos.
+
+    status_probs [..., 6] over PREDICTED_STATUSES; pos_mean, pos_var [...].
+    E[r] = sum_s p_s m_s with m_valid = 0.5 + 0.5 E[pos]; Var by total variance:
+    sum_s p_s (m_s^2 + v_s) - E[r]^2 with v_valid = 0.25 Var[pos], v_s = 0 otherwise.
+    """
+    base = LADDER_BASE.to(status_probs)
+    m = base.expand_as(status_probs).clone()
+    m[..., VALID_INDEX] = 0.5 + 0.5 * pos_mean
+    v = torch.zeros_like(status_probs)
+    v[..., VALID_INDEX] = 0.25 * pos_var
+    mean = (status_probs * m).sum(-1)
+    var = (status_probs * (m * m + v)).sum(-1) - mean * mean
+    return mean, var.clamp_min(0.0)
+
+
+@dataclass
+class WMPrediction:
+    """Predicted outcomes of a batch of queries; every tensor is [B] unless noted."""
+
+    status_probs: torch.Tensor  # [B, 6] over PREDICTED_STATUSES
+    pos_mean: torch.Tensor  # predicted leaderboard position if valid (0 where the precheck decided)
+    pos_std: torch.Tensor  # its total std: aleatoric + ensemble spread
+    reward_mean: torch.Tensor  # E[ladder reward]
+    reward_var: torch.Tensor  # Var[ladder reward]: total variance + ensemble disagreement
+    value_mean: torch.Tensor  # predicted task metric if valid; NaN where unknown
+    tasks: list[str] = field(default_factory=list)
+    metrics: list[str] = field(default_factory=list)  # metric names, per query
+    prechecked: torch.Tensor | None = None  # [B] bool; status decided by the deterministic check
+
+    def __len__(self) -> int:
+        return int(self.reward_mean.shape[0])
+
+    @property
+    def status(self) -> list[Status]:
+        """The predicted status (argmax) of each query."""
+        return [PREDICTED_STATUSES[i] for i in self.status_probs.argmax(-1).tolist()]
+
+    def outcome(self, i: int) -> Outcome:
+        """Query i's predicted outcome, as an `Outcome` (reward = the predicted mean)."""
+        status = PREDICTED_STATUSES[int(self.status_probs[i].argmax())]
+        value = pos = None
+        if status is Status.VALID:
+            pos = float(self.pos_mean[i].clamp(0.0, 1.0))
+            v = float(self.value_mean[i])
+            value = None if math.isnan(v) else v
+        return Outcome(task=self.tasks[i] if self.tasks else "", status=status,
+                       metric=self.metrics[i] if self.metrics else "", value=value, pos=pos,
+                       reward=float(self.reward_mean[i]), stderr_tail="")
+
+    def outcomes(self) -> list[Outcome]:
+        return [self.outcome(i) for i in range(len(self))]
+
+    def observations(self, metric_names: Sequence[str] | None = None, turn: int | None = None) -> list[str]:
+        """The predicted outcomes rendered exactly like real feedback (`render_observation`)."""
+        obs = []
+        for i in range(len(self)):
+            o = self.outcome(i)
+            if metric_names is not None and metric_names[i]:
+                o.metric = metric_names[i]
+            text = render_observation(o, turn=turn)
+            if o.status is Status.VALID and o.value is None and o.pos is not None:
+                text += f"; leaderboard position = {o.pos:.2f}"  # metric scale unknown for this task yet
+            obs.append(text)
+        return obs
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in ("status_probs", "pos_mean", "pos_std", "reward_mean",
+                                               "reward_var", "value_mean")}
+
+
+@runtime_checkable
+class WorldModel(Protocol):
+    """Predicts execution outcomes; optionally learns from real executions."""
+
+    def predict(self, queries: list[WMQuery]) -> WMPrediction: ...
+
+    def update(self, examples: list[tuple[WMQuery, Outcome]]) -> dict[str, float]: ...
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...
+
+    def save(self, path: str) -> None: ...
+
+
+def prechecked_prediction(status: Status) -> tuple[torch.Tensor, float]:
+    """One-hot status probabilities and the exact reward of a deterministically decided program."""
+    probs = torch.zeros(N_STATUS)
+    probs[PREDICTED_STATUSES.index(status)] = 1.0
+    return probs, LADDER[status]

@@ -1,0 +1,345 @@
+"""The default world model: a bootstrapped ensemble of small transformers trained on real executions.
+
+Each member sees its own bootstrap resample of the replay (Poisson(1) weight per example and
+member, drawn once when the example arrives). Reward variance = mean aleatoric variance of the
+members (status mixture + Gaussian pos) + the spread of their reward means (disagreement).
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from dataclasses import asdict, fields, is_dataclass
+from typing import Any, Iterable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from wmrl.config import WorldModelConfig
+from wmrl.outcome import PREDICTED_STATUSES, Outcome, Status
+from wmrl.world_model.base import (N_STATUS, VALID_INDEX, WMPrediction, WMQuery, precheck,
+                                   prechecked_prediction, reward_moments)
+from wmrl.world_model.model import EnsembleEncoder
+from wmrl.world_model.tokenizer import PAD, chunk, load_tokenizer
+
+DESCRIPTOR_TOKENS = 48  # tokens of the task descriptor (averaged into one position)
+PROGRAM_TOKENS = 384  # tokens of the program kept (its beginning)
+HISTORY_TOKENS = 128  # tokens of the history kept (its end)
+VALUE_POINTS = 256  # (pos, value) pairs kept per task to turn a predicted pos into a metric value
+
+
+def wm_config_dict(cfg: Any = None) -> dict:
+    """WorldModelConfig defaults overridden by `cfg` (dataclass, DictConfig or mapping)."""
+    out = {f.name: getattr(WorldModelConfig(), f.name) for f in fields(WorldModelConfig)}
+    if cfg is None:
+        return out
+    if is_dataclass(cfg):
+        given = asdict(cfg)
+    else:
+        try:
+            from omegaconf import DictConfig, OmegaConf
+            given = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+        except ImportError:
+            given = dict(cfg)
+    unknown = set(given) - set(out)
+    if unknown:
+        raise ValueError(f"unknown world_model keys {sorted(unknown)}; valid: {sorted(out)}")
+    out.update(given)
+    return out
+
+
+def _budget(chunks: list[list[int]], tokens: int) -> list[list[int]]:
+    """The leading chunks holding at most `tokens` tokens in all."""
+    out, used = [], 0
+    for c in chunks:
+        if used + len(c) > tokens:
+            break
+        out.append(c)
+        used += len(c)
+    return out
+
+
+class LearnedEnsembleWM:
+    """Bootstrapped transformer ensemble over chunked (descriptor, program, history) tokens."""
+
+    kind = "ensemble"
+
+    def __init__(self, cfg: Any = None, seed: int = 0, tokenizer_json: str | None = None):
+        self.cfg = wm_config_dict(cfg)
+        c = self.cfg
+        if c["members"] < 1:
+            raise ValueError("world_model.members must be >= 1")
+        self.seed = seed
+        self.tokenizer = load_tokenizer(tokenizer_json)
+        self.tokenizer.no_truncation()
+        self.tokenizer.no_padding()
+        self.pad_id = self.tokenizer.token_to_id(PAD)
+        torch.manual_seed(seed)
+        self.model = EnsembleEncoder(c["members"], self.tokenizer.get_vocab_size(), c["d_model"], c["layers"],
+                                     c["heads"], c["max_tokens"], N_STATUS)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=c["lr"], weight_decay=1e-4)
+        self.gen = torch.Generator().manual_seed(seed + 1)
+        r, t, m = c["replay_size"], self.raw_tokens, c["members"]
+        # replay of real executions: a FIFO ring buffer of tokenized examples
+        self.replay = {
+            "ids": torch.full((r, t), self.pad_id, dtype=torch.long),
+            "slots": torch.full((r, t), -1, dtype=torch.long),
+            "inner": torch.zeros((r, t), dtype=torch.long),
+            "length": torch.zeros(r, dtype=torch.long),
+            "status": torch.zeros(r, dtype=torch.long),
+            "pos": torch.zeros(r),
+            "boot": torch.zeros(r, m),  # Poisson(1) bootstrap weight of each example per member
+        }
+        self.replay_count = 0  # examples ever added; the ring position is count % replay_size
+        self.values: dict[str, deque] = {}  # task -> recent (pos, value) of valid executions
+        self.metric_names: dict[str, str] = {}
+        self.updates = 0
+
+    # ---- encoding -------------------------------------------------------------------------
+    def encode(self, queries: list[WMQuery]) -> list[tuple[list[int], list[int], list[int]]]:
+        """(token ids, position of each token, its place inside its chunk) for each query.
+
+        Positions are chunks: descriptor fields, then the program's chunks (its first
+        PROGRAM_TOKENS tokens), then the history's last HISTORY_TOKENS tokens; at most max_tokens
+        positions, dropping the oldest history first, then the program's tail.
+        """
+        n, t = len(queries), self.cfg["max_tokens"]
+        texts = [q.descriptor for q in queries] + [q.program for q in queries] + [q.history for q in queries]
+        enc = self.tokenizer.encode_batch(texts, add_special_tokens=False)
+        out = []
+        for i in range(n):
+            desc = _budget(chunk(enc[i], texts[i], on_space=True), DESCRIPTOR_TOKENS)
+            prog = _budget(chunk(enc[n + i], texts[n + i]), PROGRAM_TOKENS)
+            hist = _budget(chunk(enc[2 * n + i], texts[2 * n + i])[::-1], HISTORY_TOKENS)[::-1]
+            hist = hist[len(hist) - max(0, min(len(hist), t - len(desc) - len(prog))):]
+            chunks = (desc + prog + hist)[:t]
+            ids, slots, inner = [], [], []
+            for j, c in enumerate(chunks):
+                ids += c
+                slots += [j] * len(c)
+                inner += range(len(c))
+            out.append((ids, slots, inner))
+        return out
+
+    @property
+    def raw_tokens(self) -> int:
+        return DESCRIPTOR_TOKENS + PROGRAM_TOKENS + HISTORY_TOKENS
+
+    def _pad(self, seqs: list[tuple[list[int], list[int], list[int]]], width: int | None = None
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        width = width or max(1, max(len(s[0]) for s in seqs))
+        ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
+        slots = torch.full((len(seqs), width), -1, dtype=torch.long)
+        inner = torch.zeros((len(seqs), width), dtype=torch.long)
+        for i, (a, p, c) in enumerate(seqs):
+            ids[i, : len(a)] = torch.tensor(a, dtype=torch.long)
+            slots[i, : len(a)] = torch.tensor(p, dtype=torch.long)
+            inner[i, : len(a)] = torch.tensor(c, dtype=torch.long)
+        return ids, slots, inner
+
+    # ---- prediction -----------------------------------------------------------------------
+    @torch.inference_mode()
+    def member_outputs(self, queries: list[WMQuery]) -> dict[str, torch.Tensor]:
+        """Per-member predictions [M, B, ...] (no precheck), for analysis and tests."""
+        self.model.eval()
+        logits, mu, logvar = self.model(*self._pad(self.encode(queries)))
+        probs = logits.softmax(-1)
+        var = logvar.exp()
+        r_mean, r_var = reward_moments(probs, mu, var)
+        return {"status_probs": probs, "pos_mean": mu, "pos_var": var, "reward_mean": r_mean, "reward_var": r_var}
+
+    def predict(self, queries: list[WMQuery]) -> WMPrediction:
+        b = len(queries)
+        probs = torch.zeros(b, N_STATUS)
+        pos_mean, pos_std = torch.zeros(b), torch.zeros(b)
+        reward_mean, reward_var = torch.zeros(b), torch.zeros(b)
+        decided = torch.zeros(b, dtype=torch.bool)
+        for i, q in enumerate(queries):
+            status, _ = precheck(q.program)
+            if status is not None:  # syntax error / malformed: exact, zero variance
+                probs[i], reward_mean[i] = prechecked_prediction(status)
+                decided[i] = True
+        rest = (~decided).nonzero().flatten().tolist()
+        if rest:
+            out = self.member_outputs([queries[i] for i in rest])
+            m = out["reward_mean"].shape[0]
+            probs[rest] = out["status_probs"].mean(0)
+            pos_mean[rest] = out["pos_mean"].mean(0)
+            spread = lambda x: x.var(0, unbiased=False) if m > 1 else torch.zeros_like(x[0])  # noqa: E731
+            pos_std[rest] = (out["pos_var"].mean(0) + spread(out["pos_mean"])).sqrt()
+            reward_mean[rest] = out["reward_mean"].mean(0)
+            reward_var[rest] = out["reward_var"].mean(0) + spread(out["reward_mean"])
+        metrics = [q.metric or self.metric_names.get(q.task, "") for q in queries]
+        value = torch.tensor([self._value_of(q.task, float(pos_mean[i])) for i, q in enumerate(queries)])
+        return WMPrediction(status_probs=probs, pos_mean=pos_mean, pos_std=pos_std, reward_mean=reward_mean,
+                            reward_var=reward_var, value_mean=value, tasks=[q.task for q in queries],
+                            metrics=metrics, prechecked=decided)
+
+    def _value_of(self, task: str, pos: float) -> float:
+        """Metric value at a leaderboard position, interpolated from this task's real executions."""
+        pts = self.values.get(task)
+        if not pts:
+            return math.nan
+        arr = np.array(sorted(pts))
+        return float(np.interp(pos, arr[:, 0], arr[:, 1]))
+
+    # ---- learning -------------------------------------------------------------------------
+    @staticmethod
+    def _trainable(q: WMQuery, o: Outcome) -> bool:
+        """Infra errors are missing data; precheck-decided programs are never asked of the model."""
+        if o.status is Status.INFRA_ERROR or o.status not in PREDICTED_STATUSES:
+            return False
+        if o.status is Status.VALID and (o.pos is None or not math.isfinite(o.pos)):
+            return False
+        return precheck(q.program)[0] is None
+
+    def _tensors(self, examples: list[tuple[WMQuery, Outcome]]) -> dict[str, torch.Tensor]:
+        seqs = self.encode([q for q, _ in examples])
+        ids, slots, inner = self._pad(seqs, self.raw_tokens)
+        return {
+            "ids": ids,
+            "slots": slots,
+            "inner": inner,
+            "length": torch.tensor([len(s[0]) for s in seqs], dtype=torch.long),
+            "status": torch.tensor([PREDICTED_STATUSES.index(o.status) for _, o in examples], dtype=torch.long),
+            "pos": torch.tensor([float(o.pos) if o.status is Status.VALID else 0.0 for _, o in examples]),
+            "boot": torch.poisson(torch.ones(len(examples), self.cfg["members"]), generator=self.gen),
+        }
+
+    def _remember(self, examples: list[tuple[WMQuery, Outcome]]) -> None:
+        for q, o in examples:
+            if o.metric:
+                self.metric_names[q.task] = o.metric
+            if o.status is Status.VALID and o.value is not None and o.pos is not None and math.isfinite(o.value):
+                self.values.setdefault(q.task, deque(maxlen=VALUE_POINTS)).append((float(o.pos), float(o.value)))
+
+    def add(self, examples: list[tuple[WMQuery, Outcome]]) -> int:
+        """Add real executions to the bounded replay (oldest dropped first); returns how many were kept."""
+        self._remember(examples)
+        examples = [(q, o) for q, o in examples if self._trainable(q, o)]
+        if not examples:
+            return 0
+        new = self._tensors(examples)
+        r = self.cfg["replay_size"]
+        slots = (torch.arange(len(examples)) + self.replay_count) % r
+        for k, v in new.items():
+            self.replay[k][slots[-r:]] = v[-r:]
+        self.replay_count += len(examples)
+        return len(examples)
+
+    @property
+    def replay_len(self) -> int:
+        return min(self.replay_count, self.cfg["replay_size"])
+
+    def _step(self, data: dict[str, torch.Tensor], n: int) -> dict[str, float]:
+        """One gradient update; each member draws its batch from its own bootstrap weights."""
+        m, bs = self.cfg["members"], min(self.cfg["batch_size"], max(n, 1))
+        boot = data["boot"][:n].T.clone()  # [M, n]
+        empty = boot.sum(1) == 0
+        boot[empty] = 1.0  # a member whose resample is empty (tiny n) sees everything
+        idx = torch.multinomial(boot, bs, replacement=True, generator=self.gen)  # [M, bs]
+        t = int(data["length"][idx].max())
+        ids, slots, inner = (data[k][idx][..., :t] for k in ("ids", "slots", "inner"))
+        status, pos = data["status"][idx], data["pos"][idx]
+        self.model.train()
+        logits, mu, logvar = self.model(ids, slots, inner)
+        ce = F.cross_entropy(logits.reshape(-1, N_STATUS), status.reshape(-1))
+        valid = (status == VALID_INDEX).float()
+        nll_each = 0.5 * (logvar + (pos - mu) ** 2 / logvar.exp())
+        nll = (nll_each * valid).sum() / valid.sum().clamp_min(1.0)
+        loss = ce * m + nll * m  # sum over members of each member's mean loss
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.optimizer.step()
+        self.updates += 1
+        return {"loss": loss.item() / m, "status_ce": ce.item(), "pos_nll": nll.item()}
+
+    def update(self, examples: list[tuple[WMQuery, Outcome]]) -> dict[str, float]:
+        """Add real executions to the replay, then take `updates_per_step` gradient updates on it."""
+        start = time.perf_counter()
+        added = self.add(examples)
+        stats: dict[str, float] = {"wm/added": float(added), "wm/replay": float(self.replay_len)}
+        n = self.replay_len
+        if n == 0:
+            return stats
+        acc: dict[str, float] = {}
+        for _ in range(self.cfg["updates_per_step"]):
+            for k, v in self._step(self.replay, n).items():
+                acc[k] = acc.get(k, 0.0) + v
+        steps = max(self.cfg["updates_per_step"], 1)
+        stats.update({f"wm/{k}": v / steps for k, v in acc.items()})
+        stats["wm/update_s"] = time.perf_counter() - start
+        return stats
+
+    def fit(self, examples: list[tuple[WMQuery, Outcome]], epochs: int = 20) -> dict[str, float]:
+        """Offline fit on a whole dataset (ignores replay_size), then keep the newest in the replay."""
+        self._remember(examples)
+        kept = [(q, o) for q, o in examples if self._trainable(q, o)]
+        if not kept:
+            return {"wm/examples": 0.0}
+        data = self._tensors(kept)
+        n = len(kept)
+        steps = epochs * math.ceil(n / self.cfg["batch_size"])
+        last: dict[str, float] = {}
+        for _ in range(steps):
+            last = self._step(data, n)
+        self.add(kept[-self.cfg["replay_size"]:])
+        return {"wm/examples": float(n), "wm/updates": float(steps), **{f"wm/{k}": v for k, v in last.items()}}
+
+    # ---- persistence ----------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {
+            "kind": self.kind,
+            "config": dict(self.cfg),
+            "seed": self.seed,
+            "tokenizer": self.tokenizer.to_str(),
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "replay": {k: v.clone() for k, v in self.replay.items()},
+            "replay_count": self.replay_count,
+            "values": {k: [list(p) for p in v] for k, v in self.values.items()},
+            "metric_names": dict(self.metric_names),
+            "updates": self.updates,
+            "generator": self.gen.get_state(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Load a state of the same architecture (use `LearnedEnsembleWM.from_state` otherwise)."""
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        r = self.cfg["replay_size"]
+        old = state["replay"]
+        keep = min(int(state["replay_count"]), old["ids"].shape[0], r)
+        order = torch.arange(int(state["replay_count"]) - keep, int(state["replay_count"])) % old["ids"].shape[0]
+        for k, buf in self.replay.items():  # re-pack oldest-to-newest into this replay's ring
+            buf.fill_({"ids": self.pad_id, "slots": -1}.get(k, 0))
+            buf[:keep] = old[k][order]
+        self.replay_count = keep
+        self.values = {k: deque((tuple(p) for p in v), maxlen=VALUE_POINTS) for k, v in state["values"].items()}
+        self.metric_names = dict(state["metric_names"])
+        self.updates = int(state["updates"])
+        self.gen.set_state(state["generator"])
+
+    @classmethod
+    def from_state(cls, state: dict, overrides: dict | None = None) -> "LearnedEnsembleWM":
+        cfg = dict(state["config"])
+        cfg.update({k: v for k, v in (overrides or {}).items() if k not in ARCHITECTURE_KEYS})
+        wm = cls(cfg, seed=int(state.get("seed", 0)), tokenizer_json=state["tokenizer"])
+        wm.load_state_dict(state)
+        for g in wm.optimizer.param_groups:  # the running config decides the learning rate
+            g["lr"] = cfg["lr"]
+        return wm
+
+    def save(self, path: str) -> None:
+        torch.save(self.state_dict(), path)
+
+    @classmethod
+    def load(cls, path: str, overrides: dict | None = None) -> "LearnedEnsembleWM":
+        return cls.from_state(torch.load(path, map_location="cpu", weights_only=True), overrides)
+
+
+# keys a saved model's architecture fixes; the others (lr, replay_size, ...) may change on load
+ARCHITECTURE_KEYS = ("members", "d_model", "layers", "heads", "max_tokens")
+
