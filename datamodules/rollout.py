@@ -46,7 +46,8 @@ class Trajectory:
         for prog, j in zip(self.programs, self.judgements):
             turns.append({"program": prog, "observation": j.observation,
                           "real": j.real.to_dict() if j.real is not None else None,
-                          "wm_reward": None if math.isnan(j.wm_reward) else j.wm_reward, "wm_status": j.wm_status})
+                          "wm_reward": None if math.isnan(j.wm_reward) else j.wm_reward,
+                          "wm_var": None if math.isnan(j.wm_var) else j.wm_var, "wm_status": j.wm_status})
         return {"task": self.task, "group": self.group, "executed": self.executed, "anchor": self.executed and self.scored,
                 "turns": turns}
 

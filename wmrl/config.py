@@ -44,6 +44,8 @@ class SandboxConfig:
     output_cap_kb: int = opt(64, "stdout/stderr kept per execution, KiB (the rest is dropped)")
     timeout_scale: float = opt(1.0, "multiplier on every task's time limit")
     retries: int = opt(1, "retries of an execution lost to the sandbox itself before infra_error")
+    max_prediction_mb: int = opt(64, "largest predictions array accepted back from an execution, MiB")
+    scratch_mb: int = opt(512, "size of each worker's private scratch tmpfs, MiB")
 
 
 @dataclass

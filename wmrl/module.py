@@ -98,7 +98,9 @@ class WMRLModule(L.LightningModule):
     def _policy_update(self, batch: RolloutBatch) -> dict:
         cfg = self.cfg.rl
         adv = group_advantages(batch.reward, batch.group_ids, batch.weight, batch.valid, cfg.scale_rewards)
-        rows = torch.nonzero(batch.valid & (adv != 0)).flatten()
+        n_valid = int(batch.valid.sum())
+        active = batch.valid & (adv != 0) if cfg.kl_beta == 0 else batch.valid
+        rows = torch.nonzero(active).flatten()  # rows with A = 0 and no KL term add exactly 0: skip their compute
         opt = self.optimizers()
         stats: dict[str, float] = {"rl/active_share": len(rows) / max(1, len(batch)), "rl/adv_abs_mean": float(adv.abs().mean())}
         if len(rows) == 0:
@@ -119,7 +121,7 @@ class WMRLModule(L.LightningModule):
                         ref, _ = sequence_logprobs(self.ref_policy, ids, attn, temperature)
                 loss, s = policy_loss(lp, batch.old_logprobs[chunk, :width], adv[chunk], mask, batch.weight[chunk],
                                       cfg.clip_eps, cfg.loss, ref, cfg.kl_beta, max_tokens)
-                share = len(chunk) / len(rows)
+                share = len(chunk) / n_valid  # the loss is a mean over all valid trajectories
                 self.manual_backward(loss * share)
                 for k, v in {"loss": loss, "entropy": entropy, **s}.items():
                     acc[k] = acc.get(k, 0.0) + float(v) * share
@@ -140,14 +142,15 @@ class WMRLModule(L.LightningModule):
         return stats
 
     def _fidelity(self, batch: RolloutBatch) -> dict:
-        from wmrl.world_model.fidelity import fidelity
+        """The world model against real execution on every anchored program of the batch."""
+        from wmrl.world_model.fidelity import reward_fidelity
 
-        idx, wm, real = batch.anchor_pairs
-        if len(idx) < 2:
+        turns = [t for r, ok in zip(batch.records, batch.valid.tolist()) if r["anchor"] and ok for t in r["turns"]]
+        if not turns:
             return {}
-        status_pred = [batch.records[i]["turns"][0]["wm_status"] for i in idx.tolist()]
-        status_real = [batch.records[i]["turns"][0]["real"]["status"] for i in idx.tolist()]
-        return fidelity(wm, batch.wm_var[idx], real, status_pred, status_real)
+        return reward_fidelity([t["wm_reward"] for t in turns], [t["wm_var"] for t in turns],
+                               [t["real"]["reward"] for t in turns], [t["wm_status"] for t in turns],
+                               [t["real"]["status"] for t in turns])
 
     def _evaluate(self) -> None:
         t0 = time.perf_counter()

@@ -104,7 +104,7 @@ def train(cfg: DictConfig) -> dict:
     from lightning.pytorch.callbacks import ModelCheckpoint
     from lightning.pytorch.loggers import MLFlowLogger
 
-    from callbacks import build_callbacks
+    from callbacks import correction_callbacks
     from datamodules.rollout import Rollout, RolloutDataModule
     from wmrl.env import Environment
     from wmrl.evaluate import Evaluator
@@ -122,6 +122,8 @@ def train(cfg: DictConfig) -> dict:
 
     suite = load_suite(cfg.task)
     train_tasks, eval_tasks = suite.train_tasks(), suite.eval_tasks()
+    for task in train_tasks + eval_tasks:  # build missing leaderboards now, not inside a sandbox slot mid-step
+        task.leaderboard()
     policy, tok, chat, warm = build_policy_and_tokenizer(cfg, train_tasks, cache_dir, cfg.trainer.progress_bar)
 
     sandbox = make_sandbox(cfg.sandbox, log_path=run_dir / "executions.sqlite")
@@ -130,14 +132,14 @@ def train(cfg: DictConfig) -> dict:
         from wmrl.world_model import make_world_model
 
         world_model = make_world_model(cfg.world_model)
-    callbacks = build_callbacks(cfg.callbacks)
+    callbacks = correction_callbacks(cfg.callbacks)
     debias = next((c for c in callbacks if hasattr(c, "correct")), None)
     correct_obs = debias.correct if debias is not None and cfg.callbacks.debias.correct_observations else None
     env = Environment(sandbox, world_model, cfg.env, suite, observation_correction=correct_obs)
     generator = make_generator(cfg.generation, policy, tok, chat.eos_ids)
     rollout = Rollout(policy, tok, chat, generator, env, suite, cfg.rollout, cfg.generation, cfg.policy.max_length, cfg.seed)
     evaluator = Evaluator(rollout, eval_tasks, cfg.eval, cfg.logger.samples_per_eval)
-    module = WMRLModule(cfg, policy, world_model, evaluator, wm_examples_from(suite))
+    module = WMRLModule(cfg, policy, world_model, evaluator, wm_examples_from(suite) if world_model else None)
     data = RolloutDataModule(rollout, train_tasks, cfg.rollout.groups_per_step, cfg.rollout.group_size, cfg.rl.steps, cfg.seed)
     data.attach(module)
 

@@ -87,7 +87,9 @@ class SFTModule(L.LightningModule):
 
     def configure_optimizers(self):
         opt = torch.optim.AdamW(self.policy.parameters(), lr=self.lr)
-        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=self.lr, total_steps=max(2, self.total_steps), pct_start=0.1)
+        warmup = max(1, self.total_steps // 10)  # linear warm-up, then linear decay to 10%
+        ramp = lambda s: min((s + 1) / warmup, max(0.1, 1 - (s - warmup) / max(1, self.total_steps - warmup)))
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, ramp)
         return [opt], [{"scheduler": sched, "interval": "step"}]
 
 

@@ -155,6 +155,10 @@ def _run_program(source, arrays, result_w):
     import numpy as np
 
     X_train, y_train, X_eval = arrays
+    import random
+
+    random.seed(0)  # same program, same data -> same outcome: estimators without random_state are
+    np.random.seed(0)  # reproducible, so a resumed run replays its executions exactly
     fit_s = predict_s = None
     stage = "build"
     try:
