@@ -1,0 +1,187 @@
+"""World model behaviour: exact precheck rewards, reward math, learning a known rule, uncertainty,
+persistence, bounded replay, fidelity metrics and the offline-fit CLI."""
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from wm_synthetic import TASKS, make_examples  # noqa: E402
+
+from wmrl.outcome import PREDICTED_STATUSES, Outcome, Status  # noqa: E402
+from wmrl.world_model import (LearnedEnsembleWM, WMQuery, WorldModel, fidelity_metrics,  # noqa: E402
+                              load_world_model, make_world_model, reward_fidelity, reward_moments)
+
+SMALL = {"members": 4, "d_model": 64, "layers": 2, "heads": 4, "batch_size": 32, "updates_per_step": 5}
+OOD_PROGRAMS = [
+    "import numpy as np\nfrom sklearn.svm import NuSVR\nfrom sklearn.kernel_approximation import Nystroem\n\n"
+    "def build():\n    xs = [np.log1p(k) ** 2 for k in range(7)]\n    return NuSVR(nu=0.37, gamma=xs[3], tol=1e-7)\n",
+    "from sklearn.gaussian_process import GaussianProcessClassifier\nfrom sklearn.gaussian_process.kernels import RBF\n\n"
+    "def build():\n    k = 1.5 * RBF(length_scale=[0.2, 9.0])\n    return GaussianProcessClassifier(kernel=k, n_restarts_optimizer=4)\n",
+    "from sklearn.neural_network import MLPRegressor\n\ndef build():\n    while False:\n        pass\n"
+    "    return MLPRegressor(hidden_layer_sizes=(512, 256, 128), alpha=3e-5, max_iter=7777)\n",
+    "from sklearn.cross_decomposition import PLSRegression\nfrom sklearn.isotonic import IsotonicRegression\n\n"
+    "def build():\n    return PLSRegression(n_components=11, scale=False, max_iter=913)\n",
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matmuls: one thread is fastest on a shared 2-core box
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def trained(one_thread) -> tuple[LearnedEnsembleWM, list, list]:
+    train, test = make_examples(640, seed=0), make_examples(160, seed=1)
+    wm = LearnedEnsembleWM(SMALL, seed=0)
+    wm.fit(train, epochs=14)
+    wm.update(train[-64:])  # the online path on top of the offline fit
+    return wm, train, test
+
+
+def test_precheck_decides_syntax_errors_and_malformed_exactly():
+    wm = LearnedEnsembleWM(SMALL)  # untrained: the answer must not depend on the model
+    qs = [WMQuery("wine", TASKS["wine"], src) for src in
+          ["def build(:\n    return 1\n", "x = 1\n", "", "from sklearn.dummy import DummyClassifier\n\ndef build():\n"
+           "    return DummyClassifier()\n"]]
+    pred = wm.predict(qs)
+    assert pred.status[:3] == [Status.SYNTAX_ERROR, Status.MALFORMED, Status.MALFORMED]
+    assert pred.reward_mean[:3].tolist() == [0.0, 0.0, 0.0] and pred.reward_var[:3].tolist() == [0.0, 0.0, 0.0]
+    assert pred.status_probs[0].tolist() == [0.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+    assert pred.prechecked.tolist() == [True, True, True, False]
+    assert pred.reward_var[3] > 0  # the runnable program goes to the (uncertain) model
+    assert pred.observations()[0].startswith("[execution] status: syntax_error")
+
+
+def test_reward_moments_match_hand_computation():
+    p = torch.tensor([0.1, 0.1, 0.2, 0.1, 0.1, 0.4])  # malformed, syntax, runtime, timeout, no_valid, valid
+    mean, var = reward_moments(p, torch.tensor(0.6), torch.tensor(0.04))
+    # E[r] = .2*.1 + .1*.1 + .1*.2 + .4*(.5+.5*.6) = 0.37
+    # E[r^2] = .2*.01 + .1*.01 + .1*.04 + .4*(.8^2 + .25*.04) = 0.267 -> Var = 0.267 - 0.37^2
+    assert mean.item() == pytest.approx(0.37, abs=1e-6)
+    assert var.item() == pytest.approx(0.267 - 0.37 ** 2, abs=1e-6)
+    certain = torch.zeros(6)
+    certain[PREDICTED_STATUSES.index(Status.RUNTIME_ERROR)] = 1.0
+    m0, v0 = reward_moments(certain, torch.tensor(0.9), torch.tensor(0.1))
+    assert (m0.item(), v0.item()) == (pytest.approx(0.1), pytest.approx(0.0, abs=1e-7))
+
+
+def test_ensemble_variance_is_aleatoric_plus_disagreement(trained):
+    wm, _, test = trained
+    qs = [q for q, _ in test[:16]]
+    pred, members = wm.predict(qs), wm.member_outputs(qs)
+    want = members["reward_var"].mean(0) + members["reward_mean"].var(0, unbiased=False)
+    torch.testing.assert_close(pred.reward_var, want)
+    torch.testing.assert_close(pred.reward_mean, members["reward_mean"].mean(0))
+
+
+def test_learns_the_rule_and_ranks_held_out_programs(trained):
+    wm, _, test = trained
+    pred = wm.predict([q for q, _ in test])
+    fid = fidelity_metrics(pred, [o for _, o in test])
+    assert fid["wm/spearman"] > 0.7, fid
+    assert fid["wm/status_acc"] > 0.85, fid
+    assert fid["wm/mae"] < 0.2, fid
+    mismatched = [q for q, o in test if o.status is Status.RUNTIME_ERROR and "raise" not in q.program]
+    caught = [s is Status.RUNTIME_ERROR for s in wm.predict(mismatched).status]
+    assert sum(caught) / len(caught) > 0.8  # the task-kind x estimator-kind interaction was learned
+    # the rule itself: forest > linear > dummy on a classification task, classifier on regression raises
+    family = {"forest": "RandomForestClassifier(n_estimators=300)", "linear": "LogisticRegression(C=1.0)",
+              "dummy": "DummyClassifier()"}
+    mods = {"forest": "ensemble", "linear": "linear_model", "dummy": "dummy"}
+    qs = [WMQuery("wine", TASKS["wine"], f"from sklearn.{mods[f]} import {e.split('(')[0]}\n\n\ndef build():\n"
+                  f"    return {e}\n", metric="accuracy") for f, e in family.items()]
+    qs.append(WMQuery("diabetes", TASKS["diabetes"], qs[0].program, metric="r2"))
+    p = wm.predict(qs)
+    assert p.reward_mean[0] > p.reward_mean[1] > p.reward_mean[2]
+    assert p.status[3] is Status.RUNTIME_ERROR and p.status[0] is Status.VALID
+
+
+def test_members_differ_and_uncertainty_is_higher_out_of_distribution(trained):
+    wm, _, test = trained
+    boot = wm.replay["boot"][: wm.replay_len]
+    assert not torch.equal(boot[:, 0], boot[:, 1])  # each member its own bootstrap resample
+    ind = [q for q, o in test if o.status is Status.VALID][:32]
+    members = wm.member_outputs(ind)["reward_mean"]
+    assert (members[0] - members[1]).abs().max() > 1e-3
+    ood = [WMQuery(t, TASKS[t], src) for t in TASKS for src in OOD_PROGRAMS]
+    var_in, var_ood = wm.predict(ind).reward_var.mean(), wm.predict(ood).reward_var.mean()
+    assert var_ood > var_in, (var_ood, var_in)
+
+
+def test_observations_render_predicted_outcomes(trained):
+    wm, _, test = trained
+    q = WMQuery("wine", TASKS["wine"], "from sklearn.ensemble import RandomForestClassifier\n\n\ndef build():\n"
+                "    return RandomForestClassifier(n_estimators=200)\n", history="[execution of turn 1] status: runtime_error")
+    pred = wm.predict([q])
+    obs = pred.observations(["accuracy"], turn=2)[0]
+    assert obs.startswith("[execution of turn 2] status: valid; accuracy = ") and "leaderboard position" in obs
+    value = pred.outcome(0).value  # the metric value comes from this task's real (pos, value) pairs
+    assert 0.3 <= value <= 0.9 and value == pytest.approx(0.3 + 0.6 * float(pred.pos_mean[0]), abs=0.05)
+
+
+def test_save_load_round_trip_gives_identical_predictions(trained, tmp_path):
+    wm, train, test = trained
+    path = tmp_path / "wm.pt"
+    wm.save(str(path))
+    again = load_world_model(str(path))
+    from_cfg = make_world_model({"init": str(path)})
+    qs = [q for q, _ in test[:32]]
+    a, b, c = wm.predict(qs), again.predict(qs), from_cfg.predict(qs)
+    for k in ("status_probs", "reward_mean", "reward_var", "pos_mean", "value_mean"):
+        torch.testing.assert_close(getattr(a, k), getattr(b, k), rtol=0, atol=0, equal_nan=True)
+        torch.testing.assert_close(getattr(a, k), getattr(c, k), rtol=0, atol=0, equal_nan=True)
+    assert again.replay_len == wm.replay_len and isinstance(again, WorldModel)
+    assert math.isfinite(again.update(train[:8])["wm/loss"])  # optimizer state came along
+
+
+def test_replay_stays_bounded_and_keeps_the_newest():
+    wm = LearnedEnsembleWM({**SMALL, "replay_size": 50, "updates_per_step": 1})
+    examples = make_examples(120, seed=3)
+    for i in range(0, 120, 40):
+        stats = wm.update(examples[i: i + 40])
+    assert wm.replay_len == 50 and stats["wm/replay"] == 50 and wm.replay["ids"].shape[0] == 50
+    infra = Outcome(task="wine", status=Status.INFRA_ERROR)
+    assert wm.update([(examples[0][0], infra)])["wm/added"] == 0  # missing data is not learned from
+    newest = wm._tensors([examples[-1]])["ids"][0]
+    assert any(torch.equal(row, newest) for row in wm.replay["ids"])
+
+
+def test_fidelity_on_hand_made_pairs():
+    f = reward_fidelity([0.5, 0.2, 0.9, 0.1], [0.01, 0.0001, 0.04, 0.0121], [0.55, 0.5, math.nan, 0.3],
+                        ["valid", "runtime_error", "valid", "valid"], ["valid", "valid", "valid", "runtime_error"])
+    assert f["wm/pairs"] == 3  # the infra_error (NaN real) pair is dropped
+    assert f["wm/mae"] == pytest.approx((0.05 + 0.3 + 0.2) / 3)
+    assert f["wm/coverage_2sigma"] == pytest.approx(2 / 3)  # 0.05 <= 0.2 and 0.2 <= 0.22 covered; 0.3 > 0.02 not
+    assert f["wm/status_acc"] == pytest.approx(1 / 3)
+    assert f["wm/spearman"] == pytest.approx(1.0, abs=1e-4)  # same order on both sides
+    one = reward_fidelity([0.5], [0.01], [0.4])
+    assert math.isnan(one["wm/spearman"]) and one["wm/mae"] == pytest.approx(0.1)
+    const = reward_fidelity([0.3, 0.3, 0.3], [0.0, 0.0, 0.0], [0.1, 0.5, 0.9])
+    assert math.isnan(const["wm/spearman"]) and const["wm/coverage_2sigma"] == 0.0
+    empty = reward_fidelity([], [], [])
+    assert empty["wm/pairs"] == 0 and math.isnan(empty["wm/mae"])
+
+
+def test_cli_fits_from_an_execution_log(tmp_path):
+    from wmrl.sandbox.log import ExecutionLog
+    from wmrl.world_model.__main__ import main
+
+    log = ExecutionLog(tmp_path / "executions.sqlite")
+    for q, o in make_examples(40, seed=5):
+        log.append(o, q.program, meta={"descriptor": q.descriptor, "step": 1})
+    log.close()
+    out = tmp_path / "fitted.pt"
+    assert main(["fit", "--log", str(tmp_path / "executions.sqlite"), "--out", str(out), "--epochs", "1",
+                 "members=2", "d_model=32"]) == 0
+    wm = load_world_model(str(out))
+    assert wm.cfg["members"] == 2 and wm.replay_len > 0
+    pred = wm.predict([q for q, _ in make_examples(4, seed=6)])
+    assert torch.isfinite(pred.reward_mean).all() and (pred.reward_var >= 0).all()
