@@ -29,16 +29,8 @@ OOD_PROGRAMS = [
 ]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matmuls: one thread is fastest on a shared 2-core box
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
-def trained(one_thread) -> tuple[LearnedEnsembleWM, list, list]:
+def trained() -> tuple[LearnedEnsembleWM, list, list]:
     train, test = make_examples(640, seed=0), make_examples(160, seed=1)
     wm = LearnedEnsembleWM(SMALL, seed=0)
     wm.fit(train, epochs=14)

@@ -6,6 +6,7 @@ members (status mixture + Gaussian pos) + the spread of their reward means (disa
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections import deque
@@ -47,6 +48,19 @@ def wm_config_dict(cfg: Any = None) -> dict:
         raise ValueError(f"unknown world_model keys {sorted(unknown)}; valid: {sorted(out)}")
     out.update(given)
     return out
+
+
+@contextlib.contextmanager
+def _torch_threads(n: int):
+    """Run with n intra-op threads (0 = unchanged); restores the caller's setting."""
+    before = torch.get_num_threads()
+    if n > 0 and n != before:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
 
 
 def _budget(chunks: list[list[int]], tokens: int) -> list[list[int]]:
@@ -142,6 +156,10 @@ class LearnedEnsembleWM:
     @torch.inference_mode()
     def member_outputs(self, queries: list[WMQuery]) -> dict[str, torch.Tensor]:
         """Per-member predictions [M, B, ...] (no precheck), for analysis and tests."""
+        with _torch_threads(self.cfg["threads"]):
+            return self._member_outputs(queries)
+
+    def _member_outputs(self, queries: list[WMQuery]) -> dict[str, torch.Tensor]:
         self.model.eval()
         logits, mu, logvar = self.model(*self._pad(self.encode(queries)))
         probs = logits.softmax(-1)
@@ -265,9 +283,10 @@ class LearnedEnsembleWM:
         if n == 0:
             return stats
         acc: dict[str, float] = {}
-        for _ in range(self.cfg["updates_per_step"]):
-            for k, v in self._step(self.replay, n).items():
-                acc[k] = acc.get(k, 0.0) + v
+        with _torch_threads(self.cfg["threads"]):
+            for _ in range(self.cfg["updates_per_step"]):
+                for k, v in self._step(self.replay, n).items():
+                    acc[k] = acc.get(k, 0.0) + v
         steps = max(self.cfg["updates_per_step"], 1)
         stats.update({f"wm/{k}": v / steps for k, v in acc.items()})
         stats["wm/update_s"] = time.perf_counter() - start
@@ -283,8 +302,9 @@ class LearnedEnsembleWM:
         n = len(kept)
         steps = epochs * math.ceil(n / self.cfg["batch_size"])
         last: dict[str, float] = {}
-        for _ in range(steps):
-            last = self._step(data, n)
+        with _torch_threads(self.cfg["threads"]):
+            for _ in range(steps):
+                last = self._step(data, n)
         self.add(kept[-self.cfg["replay_size"]:])
         return {"wm/examples": float(n), "wm/updates": float(steps), **{f"wm/{k}": v for k, v in last.items()}}
 
@@ -324,7 +344,8 @@ class LearnedEnsembleWM:
 
     @classmethod
     def from_state(cls, state: dict, overrides: dict | None = None) -> "LearnedEnsembleWM":
-        cfg = dict(state["config"])
+        known = {f.name for f in fields(WorldModelConfig)}
+        cfg = {k: v for k, v in state["config"].items() if k in known}  # keys of other schema versions drop
         cfg.update({k: v for k, v in (overrides or {}).items() if k not in ARCHITECTURE_KEYS})
         wm = cls(cfg, seed=int(state.get("seed", 0)), tokenizer_json=state["tokenizer"])
         wm.load_state_dict(state)
