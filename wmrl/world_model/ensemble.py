@@ -189,12 +189,12 @@ class LearnedEnsembleWM:
             reward_mean[rest] = out["reward_mean"].mean(0)
             reward_var[rest] = out["reward_var"].mean(0) + spread(out["reward_mean"])
         metrics = [q.metric or self.metric_names.get(q.task, "") for q in queries]
-        value = torch.tensor([self._value_of(q.task, float(pos_mean[i])) for i, q in enumerate(queries)])
+        value = torch.tensor([self.value_at(q.task, float(pos_mean[i])) for i, q in enumerate(queries)])
         return WMPrediction(status_probs=probs, pos_mean=pos_mean, pos_std=pos_std, reward_mean=reward_mean,
                             reward_var=reward_var, value_mean=value, tasks=[q.task for q in queries],
                             metrics=metrics, prechecked=decided)
 
-    def _value_of(self, task: str, pos: float) -> float:
+    def value_at(self, task: str, pos: float) -> float:
         """Metric value at a leaderboard position, interpolated from this task's real executions."""
         pts = self.values.get(task)
         if not pts:
