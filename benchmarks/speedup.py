@@ -1,0 +1,215 @@
+"""WMRL against real-execution GRPO and its ablations: training cost, real executions, held-out reward.
+
+    python benchmarks/speedup.py [--quick] [--seeds N] [--out DIR] [--scenario default|correlated]
+                                 [--bias CLASS=OFFSET,...] [--arms a,b,...] [key=value ...]
+    python benchmarks/speedup.py --report DIR      re-render DIR/table.md etc. from DIR/results.json
+
+Trains every arm (config presets `experiment=NAME`) with the same tasks, seeds and step count, back to
+back on this machine, each in its own `python train.py` subprocess (a crashing arm is recorded as
+failed with its stderr tail; the others still run). `key=value` overrides go to every arm.
+Writes to DIR (default results/speedup-<time>/): table.md, results.json, cost_vs_reward.png, one log
+per training under logs/, and to MLflow (DIR/mlruns.db): a parent run with the tables and one child
+run per arm and seed.
+
+Scenarios:
+- default: sandbox_rl, wm_raw, wmrl_no_debias, wmrl_no_denoise, wmrl.
+- correlated: the world model gets a class-correlated reward error (`world_model.inject_bias`);
+  sandbox_rl (the real-execution reference), wm_raw, and wmrl with the paper's single global
+  isotonic map (wmrl_global: callbacks.debias.stratify_by=[]) against per-action-class debiasing
+  (wmrl_stratified: stratify_by=[action_class]).
+The arithmetic of the report lives in `wmrl.benchmark.report` (tested on fixed inputs).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+from wmrl.benchmark import report as rep  # noqa: E402
+
+# --quick: one seed, small enough for about 25 minutes on a 2-core CPU; warm-up kept at about the
+# default's share of the run (3 of 30 steps).
+QUICK = ["rl.steps=12", "rollout.groups_per_step=4", "eval.every_n_steps=3", "env.warmup_steps=1"]
+DEFAULT_BIAS = {"forest": 0.3}
+EXPERIMENT = "wmrl-speedup"
+HISTORY = ["time/step_s", "time/generation_s", "time/policy_train_s", "time/env_real_s", "time/env_wm_s",
+           "time/wm_train_s", "time/eval_s", "cost/real_executions", "cost/sandbox_slot_s", "eval/real_reward",
+           "reward/train_mean", "reward/real_mean", *rep.FIDELITY]
+
+
+def arms_of(scenario: str, bias: dict[str, float]) -> list[tuple[str, str, list[str]]]:
+    """(label, preset, overrides) per arm; the first is the baseline."""
+    if scenario == "default":
+        return [(a, a, []) for a in ("sandbox_rl", "wm_raw", "wmrl_no_debias", "wmrl_no_denoise", "wmrl")]
+    inject = [f"world_model.inject_bias.{cls}={off}" for cls, off in bias.items()]
+    return [("sandbox_rl", "sandbox_rl", []), ("wm_raw", "wm_raw", inject),
+            ("wmrl_global", "wmrl", [*inject, "callbacks.debias.stratify_by=[]"]),
+            ("wmrl_stratified", "wmrl", [*inject, "callbacks.debias.stratify_by=[action_class]"])]
+
+
+def subprocess_train(args: list[str], log_path: Path) -> dict:
+    """Runs `python train.py ARGS`, output to log_path; the run's summary.json, or RuntimeError with the tail."""
+    run_root = Path(next(a.split("=", 1)[1] for a in args if a.startswith("run_dir=")))
+    with open(log_path, "w") as log:
+        rc = subprocess.run([sys.executable, str(ROOT / "train.py"), *args], cwd=ROOT, stdout=log,
+                            stderr=subprocess.STDOUT, env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}).returncode
+    summaries = sorted(run_root.glob("*/summary.json"))
+    if rc != 0 or not summaries:
+        tail = log_path.read_text(errors="replace")[-3000:]
+        raise RuntimeError(f"train.py exited with {rc}:\n{tail}")
+    return json.loads(summaries[-1].read_text())
+
+
+def metric_history(client, run_id: str) -> dict[str, dict[int, float]]:
+    out = {}
+    for key in HISTORY:
+        hist = client.get_metric_history(run_id, key)
+        if hist:
+            out[key] = {int(m.step): float(m.value) for m in sorted(hist, key=lambda m: (m.step, m.timestamp))}
+    return out
+
+
+def read_anchor_pairs(run_dir: str | Path) -> list[dict]:
+    path = Path(run_dir) / "anchor_pairs.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def run_benchmark(out: Path, scenario: str = "default", seeds: int = 1, overrides: list[str] = (),
+                  bias: dict[str, float] | None = None, only: list[str] | None = None,
+                  train_fn: Callable[[list[str], Path], dict] = subprocess_train, note: str = "") -> dict:
+    """Trains every (arm, seed) back to back, collects MLflow histories, writes the report files."""
+    from mlflow.tracking import MlflowClient
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "logs").mkdir(exist_ok=True)
+    uri = f"sqlite:///{out.resolve()}/mlruns.db"
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name(EXPERIMENT)
+    exp_id = exp.experiment_id if exp else client.create_experiment(EXPERIMENT)
+    bias = dict(DEFAULT_BIAS if bias is None else bias)
+    arms = [a for a in arms_of(scenario, bias) if only is None or a[0] in only]
+    parent = client.create_run(exp_id, run_name=f"speedup-{scenario}-{out.name}")
+    pid = parent.info.run_id
+    for k, v in {"scenario": scenario, "seeds": seeds, "overrides": " ".join(overrides),
+                 "arms": ",".join(a[0] for a in arms), "bias": json.dumps(bias) if scenario == "correlated" else ""}.items():
+        client.log_param(pid, k, str(v)[:500])
+
+    runs = []
+    for seed in range(seeds):
+        for label, preset, arm_overrides in arms:
+            name = f"{label}-seed{seed}"
+            args = [f"experiment={preset}", f"seed={seed}", f"run_dir={out.resolve()}/runs/{name}",
+                    f"logger.tracking_uri={uri}", f"logger.experiment_name={EXPERIMENT}", f"logger.parent_run_id={pid}",
+                    f"logger.run_name={name}", "trainer.progress_bar=false", *arm_overrides, *overrides]
+            print(f"[speedup] {name}: train.py {' '.join(args)}", flush=True)
+            t0 = time.perf_counter()
+            run = {"arm": label, "seed": seed, "args": args, "status": "ok", "error": None, "summary": {}, "history": {},
+                   "anchor_pairs": []}
+            try:
+                run["summary"] = train_fn(args, out / "logs" / f"{name}.log")
+                run["history"] = metric_history(client, run["summary"]["mlflow_run_id"])
+                run["anchor_pairs"] = read_anchor_pairs(run["summary"]["run_dir"])
+            except Exception as e:  # one failed arm is a row of the report, not the end of the benchmark
+                run["status"], run["error"] = "failed", f"{type(e).__name__}: {e}"[-3000:]
+            run["wall_s"] = time.perf_counter() - t0
+            print(f"[speedup] {name}: {run['status']} in {run['wall_s']:.0f}s "
+                  f"(eval {rep._fmt(rep.final_eval(run)) if run['status'] == 'ok' else '-'})", flush=True)
+            runs.append(run)
+
+    results = {"scenario": scenario, "seeds": seeds, "overrides": list(overrides), "bias": bias if scenario == "correlated" else {},
+               "arms": [a[0] for a in arms], "command": " ".join(["python", "benchmarks/speedup.py", *sys.argv[1:]]),
+               "note": note, "mlflow": {"tracking_uri": uri, "parent_run_id": pid}, "runs": runs}
+    rendered = write_report(out, results)
+    for k, v in rendered["metrics"].items():
+        client.log_metric(pid, k, v)
+    for name in ("table.md", "results.json", "cost_vs_reward.png"):
+        if (out / name).exists():
+            client.log_artifact(pid, str(out / name))
+    failed = any(r["status"] != "ok" for r in runs)
+    client.set_terminated(pid, "FAILED" if failed else "FINISHED")
+    return results
+
+
+def write_report(out: Path, results: dict) -> dict:
+    """results.json -> table.md, cost_vs_reward.png; returns the report and flat metrics for MLflow."""
+    arms, runs = results["arms"], results["runs"]
+    wmrl_arm = "wmrl_stratified" if results["scenario"] == "correlated" else "wmrl"
+    report = rep.build_report(runs, arms, wmrl=wmrl_arm)
+    pairs = [p for r in runs if r["arm"] != rep.BASELINE and r["status"] == "ok" for p in r.get("anchor_pairs", [])]
+    strata = rep.stratum_table(pairs)
+    recovered = rep.recovery(report, [a for a in arms if a != rep.BASELINE]) if results["scenario"] == "correlated" else []
+    header = (f"# Speedup benchmark ({results['scenario']})\n\n`{results['command']}` — {results['seeds']} seed(s); "
+              f"overrides: `{' '.join(results['overrides']) or 'none'}`"
+              + (f"; injected WM bias: `{json.dumps(results['bias'])}`" if results["bias"] else "") + "\n")
+    failures = [f"- {r['arm']} seed {r['seed']} FAILED: ```{r['error'][-800:]}```" for r in runs if r["status"] != "ok"]
+    if failures:
+        header += "\n" + "\n".join(failures) + "\n"
+    md = rep.render_markdown(report, strata, recovered, header=header, show_targets=results["scenario"] == "default")
+    (out / "table.md").write_text(md)
+    results = {**results, "report": report, "targets": rep.targets(report) if results["scenario"] == "default" else [],
+               "recovery": recovered, "strata": strata}
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    rep.plot_cost_vs_reward(report, out / "cost_vs_reward.png")
+    metrics = {}
+    for row in report["rows"]:
+        for k, v in {"train_cost_s": row["train_cost_s"], "final_eval": row["final_eval"]["mean"],
+                     "real_executions": row["real_executions"], "speedup": row["speedup"]["actual"],
+                     "realised": row["speedup"]["realised"]}.items():
+            if v is not None:
+                metrics[f"{row['arm']}/{k}"] = float(v)
+    return {"report": report, "markdown": md, "metrics": metrics}
+
+
+def _int_keys(runs: list[dict]) -> list[dict]:
+    """JSON turned the step keys of histories into strings; turn them back."""
+    for r in runs:
+        r["history"] = {m: {int(s): v for s, v in h.items()} for m, h in r.get("history", {}).items()}
+    return runs
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help=f"one seed and a short run: {' '.join(QUICK)}")
+    p.add_argument("--seeds", type=int, default=None, help="seeds per arm (default 3, 1 with --quick)")
+    p.add_argument("--out", type=Path, default=None, help="results directory (default results/speedup-<time>)")
+    p.add_argument("--scenario", choices=["default", "correlated"], default="default")
+    p.add_argument("--bias", default=None, help="correlated scenario: CLASS=OFFSET,... added to WM rewards "
+                                                f"(default {','.join(f'{k}={v}' for k, v in DEFAULT_BIAS.items())})")
+    p.add_argument("--arms", default=None, help="comma-separated subset of the scenario's arms")
+    p.add_argument("--report", type=Path, default=None, help="only re-render the report of an existing DIR")
+    args, rest = p.parse_known_args(argv)
+    bad = [a for a in rest if "=" not in a or a.startswith("-")]
+    if bad:
+        p.error(f"unrecognised argument {bad[0]!r} (config overrides are key=value)")
+    if args.report is not None:
+        results = json.loads((args.report / "results.json").read_text())
+        results["runs"] = _int_keys(results["runs"])
+        print(write_report(args.report, results)["markdown"])
+        return 0
+    bias = None
+    if args.bias:
+        bias = {k.strip(): float(v) for k, v in (kv.split("=", 1) for kv in args.bias.split(","))}
+    seeds = args.seeds or (1 if args.quick else 3)
+    out = args.out or ROOT / "results" / f"speedup-{time.strftime('%Y%m%d-%H%M%S')}"
+    overrides = [*(QUICK if args.quick else []), *rest]
+    t0 = time.perf_counter()
+    results = run_benchmark(out, args.scenario, seeds, overrides, bias,
+                            args.arms.split(",") if args.arms else None)
+    print((out / "table.md").read_text())
+    print(f"[speedup] {len(results['runs'])} trainings in {time.perf_counter() - t0:.0f}s; results in {out}")
+    return 1 if any(r["status"] != "ok" for r in results["runs"]) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

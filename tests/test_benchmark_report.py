@@ -1,0 +1,228 @@
+"""The speedup benchmark's arithmetic on fixed inputs (hand-computed), and its orchestration end to end
+with a fake `train.py` (no training)."""
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from wmrl.benchmark import report as rep
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(arm, step_s, gen, train, evals, execs, slot_s, seed=0, fidelity=None):
+    steps = range(1, len(step_s) + 1)
+    hist = {"time/step_s": dict(zip(steps, step_s)), "time/generation_s": dict(zip(steps, gen)),
+            "time/policy_train_s": dict(zip(steps, train)), "eval/real_reward": dict(evals)}
+    hist.update(fidelity or {})
+    return {"arm": arm, "seed": seed, "status": "ok", "error": None, "history": hist,
+            "summary": {"cost/real_executions": execs, "cost/sandbox_slot_s": slot_s}}
+
+
+SANDBOX = _run("sandbox_rl", [10, 10, 10, 10], [2] * 4, [1] * 4, {0: 0.4, 2: 0.6, 4: 0.8}, 256, 300.0)
+WMRL = _run("wmrl", [4, 4, 4, 4], [2] * 4, [1] * 4, {0: 0.4, 2: 0.78, 4: 0.85}, 64, 75.0,
+            fidelity={"wm/spearman": {2: 0.5, 3: 0.7}, "wm/mae": {2: 0.1, 3: 0.2}, "wm/coverage_2sigma": {2: 0.9, 3: 1.0}})
+
+
+def test_t_interval_matches_hand_computation_and_needs_two_seeds():
+    ci = rep.t_interval([1.0, 2.0, 3.0])  # sd 1, se 1/sqrt(3), t_0.975,2 = 4.302653
+    assert ci["mean"] == pytest.approx(2.0)
+    assert ci["hi"] - 2.0 == pytest.approx(4.302653 / math.sqrt(3), rel=1e-5)
+    assert ci["lo"] == pytest.approx(2.0 - 4.302653 / math.sqrt(3), rel=1e-5)
+    one = rep.t_interval([0.7])
+    assert one == {"mean": 0.7, "lo": None, "hi": None, "n": 1}
+    assert rep._fmt_ci(one) == "0.700 [n/a]"
+    assert rep.t_interval([])["mean"] is None
+
+
+def test_cumulative_cost_and_time_to_target():
+    cum = rep.cumulative_cost({2: 3.0, 1: 2.0, 3: 5.0})
+    assert cum == {0: 0.0, 1: 2.0, 2: 5.0, 3: 10.0}
+    evals = {0: 0.3, 2: 0.5, 3: 0.7}
+    assert rep.time_to_target(evals, cum, 0.6) == 10.0
+    assert rep.time_to_target(evals, cum, 0.5) == 5.0  # "at or above"
+    assert rep.time_to_target(evals, cum, 0.2) == 0.0  # the warm start already reaches it
+    assert rep.time_to_target(evals, cum, 0.8) is None  # not reached
+    assert rep.time_to_target(evals, cum, None) is None
+
+
+def test_ratio_refuses_missing_or_zero_baseline():
+    assert rep.ratio(1.0, 4.0) == 0.25
+    assert rep.ratio(1.0, 0.0) is None and rep.ratio(None, 1.0) is None and rep.ratio(1.0, float("nan")) is None
+
+
+def test_report_rows_ratios_time_to_target_and_ideal_speedup():
+    r = rep.build_report([SANDBOX, WMRL], ["sandbox_rl", "wmrl"])
+    assert r["target_reward"] == pytest.approx(0.95 * 0.8)
+    base, w = r["rows"]
+    assert base["train_cost_s"] == 40 and w["train_cost_s"] == 16
+    assert base["time_to_target_s"] == 40.0  # only its final evaluation reaches 0.76
+    assert w["time_to_target_s"] == 8.0  # step 2: 0.78 >= 0.76, after 2 steps of 4 s
+    assert w["ratio"]["train_cost"] == pytest.approx(0.4)
+    assert w["ratio"]["real_executions"] == pytest.approx(0.25)
+    assert w["ratio"]["sandbox_slot_s"] == pytest.approx(0.25)
+    assert w["ratio"]["final_eval"] == pytest.approx(0.85 / 0.8)
+    assert w["speedup"]["actual"] == pytest.approx(2.5)  # 40 / 16
+    assert w["speedup"]["ideal"] == pytest.approx(10 / 3)  # sandbox step 10 s / (gen 2 + train 1)
+    assert w["speedup"]["realised"] == pytest.approx(0.75)
+    assert w["speedup"]["time_to_target"] == pytest.approx(5.0)
+    assert w["fidelity"] == pytest.approx({"wm/spearman": 0.6, "wm/mae": 0.15, "wm/coverage_2sigma": 0.95})
+    assert base["fidelity"]["wm/spearman"] is None and w["ratio"]["wm/spearman"] is None  # no WM in the baseline
+    assert base["ratio"]["train_cost"] == 1.0 and base["speedup"]["ideal"] is None
+
+
+def test_targets_pass_and_fail_as_measured():
+    tg = {t["target"].split()[0] + str(i): t["passed"] for i, t in
+          enumerate(rep.targets(rep.build_report([SANDBOX, WMRL], ["sandbox_rl", "wmrl"])))}
+    assert list(tg.values()) == [False, True, False]  # cost 0.4 > 1/4; time to target 5x; realised 0.75 < 0.8
+    cheap = _run("wmrl", [2, 2, 2, 2], [1] * 4, [0.5] * 4, {0: 0.4, 2: 0.7, 4: 0.81}, 64, 75.0)
+    # cost 8/40 = 0.2 with 0.81 >= 0.8; target (0.76) first met at step 4: 40/8 = 5x; ideal 10/1.5, actual 5: 0.75
+    assert [t["passed"] for t in rep.targets(rep.build_report([SANDBOX, cheap], ["sandbox_rl", "wmrl"]))] == \
+        [True, True, False]
+
+
+def test_time_to_target_not_reached_is_reported_and_fails():
+    slow = _run("wmrl", [2, 2, 2, 2], [1] * 4, [0.5] * 4, {0: 0.4, 2: 0.5, 4: 0.6}, 64, 75.0)
+    r = rep.build_report([SANDBOX, slow], ["sandbox_rl", "wmrl"])
+    assert r["rows"][1]["time_to_target_s"] is None and r["rows"][1]["speedup"]["time_to_target"] is None
+    ttt = rep.targets(r)[1]
+    assert ttt["measured"] == "not reached" and ttt["passed"] is False
+    assert "not reached" in rep.render_markdown(r)
+
+
+def test_interval_overlap_counts_as_at_least_as_high_with_seeds():
+    base = [_run("sandbox_rl", [10] * 4, [2] * 4, [1] * 4, {4: v}, 256, 300.0, seed=s) for s, v in enumerate([0.8, 0.9])]
+    wm = [_run("wmrl", [2] * 4, [1] * 4, [0.5] * 4, {4: v}, 64, 75.0, seed=s) for s, v in enumerate([0.75, 0.8])]
+    r = rep.build_report(base + wm, ["sandbox_rl", "wmrl"])
+    b = r["rows"][0]["final_eval"]
+    assert b["mean"] == pytest.approx(0.85)
+    assert b["hi"] - 0.85 == pytest.approx(12.706205 * 0.05, rel=1e-5)  # sd 0.0707, se 0.05, t_0.975,1
+    first = rep.targets(r)[0]
+    assert first["passed"] is True  # cost 8/40 = 0.2 and 0.775 < 0.85 but the intervals overlap
+
+
+def test_failed_seed_is_left_out_and_counted():
+    failed = {"arm": "wmrl", "seed": 1, "status": "failed", "error": "boom", "history": {}, "summary": {}}
+    r = rep.build_report([SANDBOX, WMRL, failed], ["sandbox_rl", "wmrl"])
+    assert r["rows"][1]["seeds"] == 1 and r["rows"][1]["failed_seeds"] == [1]
+    assert "1 (1 failed)" in rep.render_markdown(r)
+
+
+def test_ablation_order_against_the_paper():
+    runs = [_run(a, [1] * 2, [1] * 2, [0] * 2, {2: v}, 1, 1.0) for a, v in
+            [("sandbox_rl", 0.5), ("wm_raw", 0.4), ("wmrl_no_debias", 0.45), ("wmrl_no_denoise", 0.5), ("wmrl", 0.6)]]
+    arms = ["sandbox_rl", "wm_raw", "wmrl_no_debias", "wmrl_no_denoise", "wmrl"]
+    abl = rep.build_report(runs, arms)["ablation"]
+    assert abl["order"] == ["wmrl", "wmrl_no_denoise", "wmrl_no_debias", "wm_raw"] and abl["matches_paper"]
+    runs[1]["history"]["eval/real_reward"] = {2: 0.7}  # wm_raw best
+    abl = rep.build_report(runs, arms)["ablation"]
+    assert abl["order"][0] == "wm_raw" and not abl["matches_paper"]
+
+
+def test_stratum_table_bias_and_spread_per_task_and_class():
+    pairs = [{"task": "wine", "action_class": "forest", "wm_reward": 0.8, "wm_var": 0.01, "real_reward": 0.5},
+             {"task": "wine", "action_class": "forest", "wm_reward": 0.9, "wm_var": 0.03, "real_reward": 0.4},
+             {"task": "wine", "action_class": "linear", "wm_reward": 0.5, "wm_var": 0.04, "real_reward": 0.6},
+             {"task": "wine", "action_class": "linear", "wm_reward": None, "wm_var": None, "real_reward": 0.6}]
+    rows = rep.stratum_table(pairs)
+    assert [(r["task"], r["action_class"], r["n"]) for r in rows] == [("wine", "forest", 2), ("wine", "linear", 1)]
+    assert rows[0]["bias"] == pytest.approx(0.4) and rows[0]["spread"] == pytest.approx(math.sqrt(0.02))
+    assert rows[0]["wm_std"] == pytest.approx(math.sqrt(0.02)) and rows[0]["real_mean"] == pytest.approx(0.45)
+    assert rows[1]["bias"] == pytest.approx(-0.1) and rows[1]["spread"] is None
+
+
+def test_recovery_under_correlated_error():
+    glob = _run("wmrl_global", [2] * 4, [1] * 4, [0.5] * 4, {4: 0.6}, 64, 75.0)
+    strat = _run("wmrl_stratified", [2] * 4, [1] * 4, [0.5] * 4, {4: 0.79}, 64, 75.0)
+    r = rep.build_report([SANDBOX, glob, strat], ["sandbox_rl", "wmrl_global", "wmrl_stratified"])
+    rec = {x["arm"]: x["recovers"] for x in rep.recovery(r, ["wmrl_global", "wmrl_stratified"])}
+    assert rec == {"wmrl_global": False, "wmrl_stratified": True}  # target 0.76
+
+
+# ---- orchestration with a fake train.py ------------------------------------------------------
+
+def _load_speedup():
+    spec = importlib.util.spec_from_file_location("speedup", ROOT / "benchmarks" / "speedup.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _fake_train(args, log_path):
+    """Logs a plausible child run to MLflow, writes summary.json and anchor pairs; wmrl_no_debias crashes."""
+    from mlflow.tracking import MlflowClient
+
+    a = dict(x.split("=", 1) for x in args)
+    log_path.write_text("fake\n")
+    if a["experiment"] == "wmrl_no_debias":
+        raise RuntimeError("train.py exited with 1:\nTraceback ... ValueError: boom")
+    client = MlflowClient(tracking_uri=a["logger.tracking_uri"])
+    exp = client.get_experiment_by_name(a["logger.experiment_name"])
+    run = client.create_run(exp.experiment_id, run_name=a["logger.run_name"],
+                            tags={"mlflow.parentRunId": a["logger.parent_run_id"]})
+    rid = run.info.run_id
+    real = a["experiment"] == "sandbox_rl"
+    step = 10.0 if real else 3.0
+    for s in (1, 2, 3, 4):
+        client.log_metric(rid, "time/step_s", step, step=s)
+        client.log_metric(rid, "time/generation_s", 2.0, step=s)
+        client.log_metric(rid, "time/policy_train_s", 0.5, step=s)
+        if not real:
+            client.log_metric(rid, "wm/spearman", 0.5, step=s)
+    for s, v in {0: 0.3, 2: 0.6 if real else 0.7, 4: 0.8}.items():
+        client.log_metric(rid, "eval/real_reward", v, step=s)
+    client.set_terminated(rid)
+    run_dir = Path(a["run_dir"]) / f"{a['experiment']}-x"
+    run_dir.mkdir(parents=True)
+    if not real:
+        (run_dir / "anchor_pairs.jsonl").write_text("".join(json.dumps(
+            {"step": 2, "task": "wine", "action_class": "forest", "wm_reward": 0.9, "wm_var": 0.01, "real_reward": 0.6,
+             "real_status": "valid", "wm_status": "valid"}) + "\n" for _ in range(3)))
+    summary = {"run_dir": str(run_dir), "mlflow_run_id": rid, "steps": 4, "eval/real_reward": 0.8,
+               "cost/real_executions": 256.0 if real else 64.0, "cost/sandbox_slot_s": 100.0 if real else 25.0,
+               "cost/train_s": 4 * step}
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    return summary
+
+
+def test_benchmark_orchestration_end_to_end_with_a_fake_train(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    speedup = _load_speedup()
+    out = tmp_path / "bench"
+    results = speedup.run_benchmark(out, "default", seeds=1, overrides=["rl.steps=4"], train_fn=_fake_train)
+    assert [r["status"] for r in results["runs"]] == ["ok", "ok", "failed", "ok", "ok"]
+    assert all("rl.steps=4" in r["args"] for r in results["runs"])
+    table = (out / "table.md").read_text()
+    assert "wmrl_no_debias seed 0 FAILED" in table and "ValueError: boom" in table
+    assert "| wmrl | 1 | 12.0 (0.30x) | 64 (0.25x) |" in table
+    assert "| wine | forest | 9 | 0.300 |" in table  # anchor pairs of the three successful WM arms
+    assert (out / "cost_vs_reward.png").stat().st_size > 1000
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["report"]["rows"][-1]["speedup"]["ideal"] == pytest.approx(10 / 2.5)
+    client = MlflowClient(tracking_uri=f"sqlite:///{out}/mlruns.db")
+    parent = client.get_run(results["mlflow"]["parent_run_id"])
+    assert parent.info.status == "FAILED"  # one arm failed
+    assert {a.path for a in client.list_artifacts(parent.info.run_id)} >= {"table.md", "results.json", "cost_vs_reward.png"}
+    children = client.search_runs([parent.info.experiment_id],
+                                  f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+    assert sorted(c.info.run_name for c in children) == ["sandbox_rl-seed0", "wm_raw-seed0", "wmrl-seed0",
+                                                        "wmrl_no_denoise-seed0"]
+    (out / "table.md").unlink()
+    assert speedup.main(["--report", str(out)]) == 0  # re-render from results.json alone
+    assert (out / "table.md").read_text() == table
+
+
+def test_correlated_scenario_arms_inject_the_bias_and_compare_global_with_stratified():
+    speedup = _load_speedup()
+    arms = {label: (preset, o) for label, preset, o in speedup.arms_of("correlated", {"forest": 0.3})}
+    assert list(arms) == ["sandbox_rl", "wm_raw", "wmrl_global", "wmrl_stratified"]
+    assert "world_model.inject_bias.forest=0.3" in arms["wm_raw"][1]
+    assert "callbacks.debias.stratify_by=[]" in arms["wmrl_global"][1]
+    assert "callbacks.debias.stratify_by=[action_class]" in arms["wmrl_stratified"][1]
+    from wmrl.config import load_config
+
+    cfg = load_config([f"experiment={arms['wmrl_global'][0]}", *arms["wmrl_global"][1]])
+    assert dict(cfg.world_model.inject_bias) == {"forest": 0.3} and list(cfg.callbacks.debias.stratify_by) == []

@@ -1,0 +1,1 @@
+"""Benchmarks of WMRL against real-execution GRPO: report arithmetic (`report`)."""
