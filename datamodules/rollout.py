@@ -30,6 +30,7 @@ class Trajectory:
     loss_mask: list[float]
     logprobs: list[float]
     programs: list[str] = field(default_factory=list)
+    classes: list[str] = field(default_factory=list)  # action class of each turn's program
     judgements: list[Judgement] = field(default_factory=list)
     history: str = ""
     executed: bool = False
@@ -40,11 +41,11 @@ class Trajectory:
         rewards = [-math.inf if (r is None or math.isnan(r)) else r for r in rewards]
         return max(range(len(rewards)), key=lambda t: rewards[t])
 
-    def record(self, suite) -> dict:
+    def record(self) -> dict:
         """A plain, JSON-able record (for sample artifacts and world-model training)."""
         turns = []
-        for prog, j in zip(self.programs, self.judgements):
-            turns.append({"program": prog, "observation": j.observation,
+        for prog, cls, j in zip(self.programs, self.classes, self.judgements):
+            turns.append({"program": prog, "observation": j.observation, "action_class": cls,
                           "real": j.real.to_dict() if j.real is not None else None,
                           "wm_reward": None if math.isnan(j.wm_reward) else j.wm_reward,
                           "wm_var": None if math.isnan(j.wm_var) else j.wm_var, "wm_status": j.wm_status})
@@ -56,7 +57,6 @@ class Rollout:
     def __init__(self, policy, tokenizer, chat, generator, env, suite, rollout_cfg, gen_cfg, max_length: int, seed: int):
         self.policy, self.tok, self.chat, self.generator, self.env, self.suite = policy, tokenizer, chat, generator, env, suite
         self.cfg, self.gen_cfg, self.max_length, self.seed = rollout_cfg, gen_cfg, max_length, seed
-        self.action_class = suite.action_class if hasattr(suite, "action_class") else None
 
     def collect(self, step: int, tasks: list, group_size: int, split: str = "val", route: bool = True,
                 temperature: float | None = None, purpose: str = "train") -> RolloutBatch:
@@ -86,8 +86,8 @@ class Rollout:
                 text = self.tok.decode(c.token_ids, skip_special_tokens=True)
                 program = extract_program(text)
                 t.programs.append(program)
-                items.append({"task": t.task, "program": program, "history": t.history,
-                              "action_class": self.suite.get(t.task).action_class(program),
+                t.classes.append(self.suite.get(t.task).action_class(program))
+                items.append({"task": t.task, "program": program, "history": t.history, "action_class": t.classes[-1],
                               "meta": {"step": step, "purpose": purpose, "group": t.group, "trajectory": k, "turn": turn}})
             judgements = self.env.judge(items, [t.executed for t in trajs], [t.scored for t in trajs], split, times)
             for t, j in zip(trajs, judgements):
@@ -132,7 +132,7 @@ class Rollout:
             best = t.best_turn() if not (t.executed and t.group in bad_groups) else 0
             j = t.judgements[best]
             strata["task"].append(t.task)
-            strata["action_class"].append(self.suite.get(t.task).action_class(t.programs[best]))
+            strata["action_class"].append(t.classes[best])
             strata["status"].append(j.real.status.value if t.executed and j.real is not None else j.wm_status)
         executed = torch.tensor([t.executed for t in trajs])
         scored = torch.tensor([t.scored for t in trajs])
@@ -143,7 +143,7 @@ class Rollout:
             input_ids=ids, attention_mask=attn, loss_mask=mask, old_logprobs=old,
             group_ids=torch.tensor([t.group for t in trajs]), reward=reward, real_reward=real, wm_reward=wm, wm_var=var,
             source=torch.where(executed, SOURCE_REAL, SOURCE_WM), is_anchor=executed & scored, valid=valid,
-            weight=torch.ones(n), strata=strata, records=[t.record(self.suite) for t in trajs],
+            weight=torch.ones(n), strata=strata, records=[t.record() for t in trajs],
             stats={"rollout/dropped_groups": len(bad_groups)},
         )
 

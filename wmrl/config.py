@@ -8,7 +8,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
@@ -115,6 +115,7 @@ class WorldModelConfig:
     batch_size: int = opt(64, "examples per update")
     replay_size: int = opt(4096, "bounded replay of real executions")
     threads: int = opt(1, "torch threads while the WM predicts or trains (tiny matmuls: 1 is fastest); 0 = leave as is")
+    inject_bias: Dict[str, float] = opt({}, "benchmark only: offset added to WM rewards per action class, e.g. {forest: 0.3}")
 
 
 @dataclass
@@ -160,6 +161,7 @@ class LoggerConfig:
     experiment_name: str = opt("wmrl", "MLflow experiment")
     run_name: Optional[str] = opt(None, "MLflow run name; null = preset name and time")
     samples_per_eval: int = opt(16, "sample trajectories saved as an artifact per evaluation")
+    parent_run_id: Optional[str] = opt(None, "MLflow run to nest this run under (benchmarks)")
 
 
 @dataclass
@@ -177,7 +179,7 @@ class Config:
     seed: int = opt(0, "seed of every random stream")
     run_dir: str = opt("runs", "where run directories are made")
     resume: Optional[str] = opt(None, "checkpoint path, or `last` for the newest run of this preset")
-    threads: int = opt(0, "torch threads in the trainer; 0 = torch's default")
+    threads: int = opt(0, "torch threads in the trainer; 0 = half the cores (the sandbox uses the rest)")
     task: TaskConfig = opt(TaskConfig(), "")
     sandbox: SandboxConfig = opt(SandboxConfig(), "")
     policy: PolicyConfig = opt(PolicyConfig(), "")

@@ -47,9 +47,11 @@ def choose_anchors(n_groups: int, rate: float, rng: random.Random) -> list[bool]
 
 
 class Environment:
-    def __init__(self, sandbox, world_model, env_cfg, suite, observation_correction: Callable | None = None):
+    def __init__(self, sandbox, world_model, env_cfg, suite, observation_correction: Callable | None = None,
+                 bias: dict | None = None):
         self.sandbox, self.wm, self.cfg, self.suite = sandbox, world_model, env_cfg, suite
         self.correct = observation_correction  # debiasing of the predicted score shown to the agent
+        self.bias = dict(bias or {})
 
     def routing(self, n_groups: int, step: int, rng: random.Random) -> tuple[list[bool], list[bool]]:
         """(executed, scored_by_wm) per group for this step."""
@@ -83,7 +85,7 @@ class Environment:
             for i, o in zip(real_idx, outcomes):
                 out[i].real = o
                 out[i].observation = render_observation(o)
-                times.executions += 1
+                times.executions += o.attempts > 0  # a program the pre-check rejected never reached a slot
                 times.slot_s += o.wall_s
                 times.infra_errors += o.status is Status.INFRA_ERROR
         return out
@@ -98,7 +100,8 @@ class Environment:
                                    history=items[i].get("history", ""), metric=task.metric))
         pred = self.wm.predict(queries)
         for k, i in enumerate(idx):
-            out[i].wm_reward = float(pred.reward_mean[k])
+            # benchmark scenario: a class-correlated error of the world model (0 unless configured)
+            out[i].wm_reward = float(pred.reward_mean[k]) + self.bias.get(items[i].get("action_class", ""), 0.0)
             out[i].wm_var = float(pred.reward_var[k])
             predicted = pred.outcome(k)
             out[i].wm_status = predicted.status.value
@@ -107,4 +110,6 @@ class Environment:
                           "status": [predicted.status.value]}
                 shown = float(self.correct([out[i].wm_reward], strata)[0])
                 predicted.pos = min(1.0, max(0.0, (shown - 0.5) * 2.0))
+                if hasattr(self.wm, "value_at"):  # show the metric value that matches the corrected position
+                    predicted.value = self.wm.value_at(items[i]["task"], predicted.pos)
             out[i].observation = render_observation(predicted)

@@ -6,6 +6,7 @@ Callbacks have already corrected `batch.reward` and set `batch.weight` when `tra
 from __future__ import annotations
 
 import copy
+import json
 import math
 import random
 import time
@@ -32,7 +33,7 @@ def sequence_logprobs(model, input_ids, attention_mask, temperature: float = 1.0
 
 
 class WMRLModule(L.LightningModule):
-    def __init__(self, cfg, policy, world_model=None, evaluator=None, wm_examples=None):
+    def __init__(self, cfg, policy, world_model=None, evaluator=None, wm_examples=None, anchor_log=None):
         super().__init__()
         self.cfg = cfg
         self.policy = policy
@@ -42,6 +43,7 @@ class WMRLModule(L.LightningModule):
         self._wm = [world_model]  # a list keeps it out of the module's parameters: it has its own optimizer
         self.evaluator = evaluator
         self.wm_examples = wm_examples  # batch -> [(WMQuery, Outcome)] of newly executed programs
+        self.anchor_log = anchor_log  # jsonl of (world model, real) pairs on anchored programs, for reports
         self.automatic_optimization = False
         self.rl_step = 0
         self.totals = {"cost/real_executions": 0.0, "cost/sandbox_slot_s": 0.0, "cost/train_s": 0.0}
@@ -137,7 +139,7 @@ class WMRLModule(L.LightningModule):
         examples = self.wm_examples(batch)
         stats = {"wm/new_examples": float(len(examples))}
         if examples:
-            stats.update({f"wm/{k}": float(v) for k, v in self.world_model.update(examples).items()})
+            stats.update({k if k.startswith("wm/") else f"wm/{k}": float(v) for k, v in self.world_model.update(examples).items()})
         stats.update(self._fidelity(batch))
         return stats
 
@@ -145,9 +147,18 @@ class WMRLModule(L.LightningModule):
         """The world model against real execution on every anchored program of the batch."""
         from wmrl.world_model.fidelity import reward_fidelity
 
-        turns = [t for r, ok in zip(batch.records, batch.valid.tolist()) if r["anchor"] and ok for t in r["turns"]]
+        anchored = [r for r, ok in zip(batch.records, batch.valid.tolist()) if r["anchor"] and ok]
+        turns = [t for r in anchored for t in r["turns"]]
         if not turns:
             return {}
+        if self.anchor_log is not None:
+            with open(self.anchor_log, "a") as f:
+                for r in anchored:
+                    for t in r["turns"]:
+                        f.write(json.dumps({"step": self.rl_step, "task": r["task"], "action_class": t["action_class"],
+                                            "wm_reward": t["wm_reward"], "wm_var": t["wm_var"],
+                                            "real_reward": t["real"]["reward"], "real_status": t["real"]["status"],
+                                            "wm_status": t["wm_status"]}) + "\n")
         return reward_fidelity([t["wm_reward"] for t in turns], [t["wm_var"] for t in turns],
                                [t["real"]["reward"] for t in turns], [t["wm_status"] for t in turns],
                                [t["real"]["status"] for t in turns])
@@ -160,8 +171,6 @@ class WMRLModule(L.LightningModule):
         self._log(metrics)
         run_id = getattr(self.logger, "run_id", None)
         if run_id is not None:
-            import json
-
             self.logger.experiment.log_text(run_id, json.dumps(samples, indent=1), f"samples/eval_step_{self.rl_step:05d}.json")
 
     def _log(self, metrics: dict) -> None:

@@ -11,6 +11,8 @@ from pathlib import Path
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import warnings
+
 import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -100,6 +102,14 @@ def wm_examples_from(suite):
     return examples
 
 
+def _quiet() -> None:
+    """Silence warnings that are expected by design here, so that real ones stand out."""
+    for msg in (".*ModelCheckpoint with manual optimization.*", ".*IterableDataset. has .__len__. defined.*",
+                ".*overridden .transfer_batch_to_device.*", ".*isinstance.treespec, LeafSpec.*",
+                ".*does not have many workers.*"):
+        warnings.filterwarnings("ignore", message=msg)
+
+
 def train(cfg: DictConfig) -> dict:
     from lightning.pytorch.callbacks import ModelCheckpoint
     from lightning.pytorch.loggers import MLFlowLogger
@@ -113,8 +123,10 @@ def train(cfg: DictConfig) -> dict:
     from wmrl.sandbox import make_sandbox
     from wmrl.tasks import load_suite
 
-    if cfg.threads > 0:
-        torch.set_num_threads(cfg.threads)
+    # Oversubscribed cores make torch's OpenMP threads spin: on 2 cores with a busy sandbox, 2 threads
+    # ran a training step 15x slower than 1 thread.
+    torch.set_num_threads(cfg.threads if cfg.threads > 0 else max(1, (os.cpu_count() or 2) // 2))
+    _quiet()
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     run_dir, ckpt_path = run_directory(cfg)
     OmegaConf.save(cfg, run_dir / ("config.yaml" if ckpt_path is None else "config.resumed.yaml"))
@@ -135,19 +147,26 @@ def train(cfg: DictConfig) -> dict:
     callbacks = correction_callbacks(cfg.callbacks)
     debias = next((c for c in callbacks if hasattr(c, "correct")), None)
     correct_obs = debias.correct if debias is not None and cfg.callbacks.debias.correct_observations else None
-    env = Environment(sandbox, world_model, cfg.env, suite, observation_correction=correct_obs)
+    env = Environment(sandbox, world_model, cfg.env, suite, observation_correction=correct_obs,
+                      bias=cfg.world_model.inject_bias)
     generator = make_generator(cfg.generation, policy, tok, chat.eos_ids)
     rollout = Rollout(policy, tok, chat, generator, env, suite, cfg.rollout, cfg.generation, cfg.policy.max_length, cfg.seed)
     evaluator = Evaluator(rollout, eval_tasks, cfg.eval, cfg.logger.samples_per_eval)
-    module = WMRLModule(cfg, policy, world_model, evaluator, wm_examples_from(suite) if world_model else None)
+    module = WMRLModule(cfg, policy, world_model, evaluator, wm_examples_from(suite) if world_model else None,
+                        anchor_log=run_dir / "anchor_pairs.jsonl")
     data = RolloutDataModule(rollout, train_tasks, cfg.rollout.groups_per_step, cfg.rollout.group_size, cfg.rl.steps, cfg.seed)
     data.attach(module)
 
     run_id = None
     if ckpt_path is not None:
-        run_id = torch.load(ckpt_path, map_location="cpu", weights_only=False)["wmrl"]["mlflow_run_id"]
+        from wmrl.sandbox import rewind
+
+        state = torch.load(ckpt_path, map_location="cpu", weights_only=False)["wmrl"]
+        run_id = state["mlflow_run_id"]
+        rewind(run_dir / "executions.sqlite", state["rl_step"])
     logger = MLFlowLogger(experiment_name=cfg.logger.experiment_name, tracking_uri=cfg.logger.tracking_uri,
-                          run_name=cfg.logger.run_name or run_dir.name, run_id=run_id, log_model=False)
+                          run_name=cfg.logger.run_name or run_dir.name, run_id=run_id, log_model=False,
+                          tags={"mlflow.parentRunId": cfg.logger.parent_run_id} if cfg.logger.parent_run_id else None)
     if run_id is None:
         flat = {k: v for k, v in _flatten(OmegaConf.to_container(cfg, resolve=True)).items()}
         logger.log_hyperparams(flat)

@@ -66,6 +66,24 @@ class ExecutionLog:
             self._db.close()
 
 
+def rewind(path: str | Path, step: int) -> int:
+    """Forget executions a resumed run will replay: training steps >= `step`, evaluations after it.
+
+    The checkpoint at `step` already holds the evaluation made at `step`; everything later is
+    executed again, identically, by the resumed run. Returns the number of rows removed.
+    """
+    if not Path(path).exists():
+        return 0
+    db = sqlite3.connect(str(path), isolation_level=None)
+    try:
+        cur = db.execute(
+            "DELETE FROM executions WHERE (json_extract(meta, '$.purpose') = 'train' AND json_extract(meta, '$.step') >= ?)"
+            " OR (json_extract(meta, '$.purpose') = 'eval' AND json_extract(meta, '$.step') > ?)", (step, step))
+        return cur.rowcount
+    finally:
+        db.close()
+
+
 def iter_log(path: str | Path) -> Iterator[dict]:
     """Executions in the order they were recorded, each a dict with `outcome` and `meta` decoded."""
     if not Path(path).exists():

@@ -1,0 +1,12 @@
+"""Shared fixtures: one host cache per test session (leaderboards, tokenizer, warm start are built once)."""
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+
+@pytest.fixture(scope="session")
+def session_cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("wmrl-cache")

@@ -1,0 +1,139 @@
+"""`python train.py experiment=smoke` end to end: every stage, MLflow, checkpoints, kill and resume."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import mlflow
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+COST_METRICS = ["time/generation_s", "time/env_real_s", "time/env_wm_s", "time/wm_train_s", "time/policy_train_s",
+                "time/step_s", "time/eval_s", "cost/real_executions", "cost/sandbox_slot_s", "reward/train_mean",
+                "reward/wm_raw_mean", "reward/real_mean", "eval/real_reward", "eval/valid_rate"]
+
+
+def _args(tmp: Path, cache: Path, *extra: str) -> list[str]:
+    return [sys.executable, str(ROOT / "train.py"), "experiment=smoke", f"run_dir={tmp}/runs",
+            f"logger.tracking_uri=sqlite:///{tmp}/mlruns.db", f"task.cache_dir={cache}", "trainer.progress_bar=false",
+            *extra]
+
+
+def _run(tmp, cache, *extra, timeout=900):
+    r = subprocess.run(_args(tmp, cache, *extra), cwd=tmp, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stderr[-4000:]
+    return r
+
+
+def _client(tmp):
+    return mlflow.tracking.MlflowClient(tracking_uri=f"sqlite:///{tmp}/mlruns.db")
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory, session_cache):
+    tmp = tmp_path_factory.mktemp("smoke")
+    t0 = time.perf_counter()
+    _run(tmp, session_cache)
+    wall = time.perf_counter() - t0
+    run_dir = next((tmp / "runs").iterdir())
+    return tmp, run_dir, json.loads((run_dir / "summary.json").read_text()), wall
+
+
+def test_smoke_logs_every_cost_metric_to_mlflow(smoke_run):
+    tmp, run_dir, summary, wall = smoke_run
+    client = _client(tmp)
+    run = client.get_run(summary["mlflow_run_id"])
+    missing = [m for m in COST_METRICS if m not in run.data.metrics]
+    assert missing == []
+    assert any(k.startswith("wm/") for k in run.data.metrics)
+    assert any(k.startswith("debias/") for k in run.data.metrics)
+    assert any(k.startswith("denoise/") for k in run.data.metrics)
+    steps = client.get_metric_history(run.info.run_id, "time/step_s")
+    assert sorted(m.step for m in steps) == [1, 2, 3, 4]
+    assert run.data.params["rl.steps"] == "4" and run.data.params["env.mode"] == "wm"
+
+
+def test_smoke_saves_config_samples_and_checkpoint_artifacts(smoke_run):
+    tmp, run_dir, summary, wall = smoke_run
+    client = _client(tmp)
+    names = {a.path for a in client.list_artifacts(summary["mlflow_run_id"])}
+    assert {"config.yaml", "samples", "checkpoints"} <= names
+    samples = client.list_artifacts(summary["mlflow_run_id"], "samples")
+    assert len(samples) >= 2  # at start and at each evaluation
+    assert (run_dir / "checkpoints" / "last.ckpt").exists()
+
+
+def test_smoke_uses_the_world_model_and_fewer_real_executions(smoke_run):
+    tmp, run_dir, summary, wall = smoke_run
+    from wmrl.sandbox import read_log
+
+    log = read_log(run_dir / "executions.sqlite")
+    train = [r for r in log if r["meta"].get("purpose") == "train"]
+    # smoke: 4 steps x 2 groups x 4 samples x 2 turns = 64 programs; warm-up (1 step) executes all 16,
+    # then one anchor group of two per step executes 8
+    assert len(train) == 16 + 3 * 8
+    assert summary["cost/real_executions"] == sum(r["outcome"]["attempts"] > 0 for r in train)
+    assert {r["meta"]["step"] for r in train} == {0, 1, 2, 3}
+
+
+def test_smoke_finishes_quickly(smoke_run):
+    *_, wall = smoke_run
+    print(f"smoke wall time: {wall:.1f}s")
+    assert wall < 600  # generous: the first run also builds leaderboards, tokenizer and warm start
+
+
+def _final_params(run_dir: Path) -> dict:
+    ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    return {k: v for k, v in ckpt["state_dict"].items()}, ckpt
+
+
+def test_killed_run_resumes_to_the_same_end(tmp_path, session_cache):
+    steps = "rl.steps=5"
+    ref_tmp = tmp_path / "ref"
+    ref_tmp.mkdir()
+    _run(ref_tmp, session_cache, steps)
+    ref_dir = next((ref_tmp / "runs").iterdir())
+
+    tmp = tmp_path / "killed"
+    tmp.mkdir()
+    proc = subprocess.Popen(_args(tmp, session_cache, steps), cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    deadline = time.time() + 600
+    ckpt = None
+    while time.time() < deadline:
+        found = list((tmp / "runs").glob("*/checkpoints/last.ckpt")) if (tmp / "runs").exists() else []
+        if found:
+            try:
+                step = torch.load(found[0], map_location="cpu", weights_only=False)["wmrl"]["rl_step"]
+            except Exception:
+                step = 0  # being written
+            if step >= 2:
+                ckpt = found[0]
+                break
+        if proc.poll() is not None:
+            break
+        time.sleep(0.2)
+    assert ckpt is not None and proc.poll() is None, "the run ended before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed_at = torch.load(ckpt, map_location="cpu", weights_only=False)["wmrl"]["rl_step"]
+    assert killed_at < 5
+
+    _run(tmp, session_cache, steps, "resume=last")
+    run_dir = ckpt.parent.parent
+    ref, ref_ckpt = _final_params(ref_dir)
+    got, got_ckpt = _final_params(run_dir)
+    assert got_ckpt["wmrl"]["rl_step"] == ref_ckpt["wmrl"]["rl_step"] == 5
+    for name, value in ref.items():
+        assert torch.allclose(value, got[name], atol=1e-5), name
+    assert got_ckpt["wmrl"]["totals"]["cost/real_executions"] == ref_ckpt["wmrl"]["totals"]["cost/real_executions"]
+    # the same MLflow run continues: one run, every step logged once
+    client = _client(tmp)
+    runs = client.search_runs([client.get_experiment_by_name("wmrl").experiment_id])
+    assert len(runs) == 1
+    history = client.get_metric_history(runs[0].info.run_id, "time/step_s")
+    assert sorted({m.step for m in history}) == [1, 2, 3, 4, 5]
