@@ -111,5 +111,6 @@ class Environment:
                 shown = float(self.correct([out[i].wm_reward], strata)[0])
                 predicted.pos = min(1.0, max(0.0, (shown - 0.5) * 2.0))
                 if hasattr(self.wm, "value_at"):  # show the metric value that matches the corrected position
-                    predicted.value = self.wm.value_at(items[i]["task"], predicted.pos)
+                    value = self.wm.value_at(items[i]["task"], predicted.pos)
+                    predicted.value = None if math.isnan(value) else value
             out[i].observation = render_observation(predicted)
