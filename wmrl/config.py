@@ -60,8 +60,8 @@ class PolicyConfig:
     warm_start: bool = opt(True, "supervised warm start on the grammar corpus before RL (cached)")
     sft_examples: int = opt(3000, "warm start: demonstrations sampled from the grammar")
     sft_epochs: int = opt(2, "warm start: passes over the demonstrations")
-    sft_lr: float = opt(1e-3, "warm start: learning rate")
-    sft_batch_size: int = opt(32, "warm start: batch size")
+    sft_lr: float = opt(2e-3, "warm start: learning rate")
+    sft_batch_size: int = opt(16, "warm start: batch size")
     sft_invalid_rate: float = opt(0.2, "warm start: share of demonstrations with broken programs")
 
 
@@ -88,7 +88,7 @@ class RLConfig:
     clip_eps: float = opt(0.2, "PPO clip range of the importance ratio")
     kl_beta: float = opt(0.0, "weight of the KL penalty to the frozen reference policy")
     updates_per_batch: int = opt(1, "optimizer updates per rollout batch")
-    lr: float = opt(2e-4, "policy learning rate (AdamW)")
+    lr: float = opt(5e-4, "policy learning rate (AdamW)")
     weight_decay: float = opt(0.0, "AdamW weight decay")
     grad_clip: float = opt(1.0, "gradient-norm clip")
     micro_batch_size: int = opt(32, "trajectories per forward/backward pass")
