@@ -39,7 +39,9 @@ from wmrl.benchmark import report as rep  # noqa: E402
 # --quick: one seed, small enough for about 25 minutes on a 2-core CPU; warm-up kept at about the
 # default's share of the run (3 of 30 steps).
 QUICK = ["rl.steps=12", "rollout.groups_per_step=4", "eval.every_n_steps=3", "env.warmup_steps=1"]
-DEFAULT_BIAS = {"forest": 0.3}
+# A weak class made to look strong: a valid dummy ranks near the bottom of every leaderboard (reward ~0.5-0.6),
+# +0.4 lifts it above real forests inside a group, the error a policy can exploit and one global map cannot undo.
+DEFAULT_BIAS = {"dummy": 0.4}
 EXPERIMENT = "wmrl-speedup"
 HISTORY = ["time/step_s", "time/generation_s", "time/policy_train_s", "time/env_real_s", "time/env_wm_s",
            "time/wm_train_s", "time/eval_s", "cost/real_executions", "cost/sandbox_slot_s", "eval/real_reward",
@@ -76,6 +78,18 @@ def metric_history(client, run_id: str) -> dict[str, dict[int, float]]:
         if hist:
             out[key] = {int(m.step): float(m.value) for m in sorted(hist, key=lambda m: (m.step, m.timestamp))}
     return out
+
+
+def code_version() -> str:
+    """HEAD, plus a hash of uncommitted changes to tracked files: arms must all run the same code."""
+    import hashlib
+
+    def git(*a):
+        return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout
+
+    head = git("rev-parse", "--short", "HEAD").strip() or "unknown"
+    diff = git("diff", "HEAD")
+    return head + (f"+dirty.{hashlib.sha1(diff.encode()).hexdigest()[:8]}" if diff else "")
 
 
 def read_anchor_pairs(run_dir: str | Path) -> list[dict]:
@@ -115,10 +129,11 @@ def run_benchmark(out: Path, scenario: str = "default", seeds: int = 1, override
             print(f"[speedup] {name}: train.py {' '.join(args)}", flush=True)
             t0 = time.perf_counter()
             run = {"arm": label, "seed": seed, "args": args, "status": "ok", "error": None, "summary": {}, "history": {},
-                   "anchor_pairs": []}
+                   "anchor_pairs": [], "params": {}, "code": code_version()}
             try:
                 run["summary"] = train_fn(args, out / "logs" / f"{name}.log")
                 run["history"] = metric_history(client, run["summary"]["mlflow_run_id"])
+                run["params"] = client.get_run(run["summary"]["mlflow_run_id"]).data.params
                 run["anchor_pairs"] = read_anchor_pairs(run["summary"]["run_dir"])
             except Exception as e:  # one failed arm is a row of the report, not the end of the benchmark
                 run["status"], run["error"] = "failed", f"{type(e).__name__}: {e}"[-3000:]
@@ -146,6 +161,9 @@ def write_report(out: Path, results: dict) -> dict:
     arms, runs = results["arms"], results["runs"]
     wmrl_arm = "wmrl_stratified" if results["scenario"] == "correlated" else "wmrl"
     report = rep.build_report(runs, arms, wmrl=wmrl_arm)
+    ok = [r for r in runs if r["status"] == "ok"]
+    report["config_drift"] = rep.config_drift({f"{r['arm']}-seed{r['seed']}": r.get("params", {}) for r in ok})
+    report["code_versions"] = {f"{r['arm']}-seed{r['seed']}": r.get("code", "unknown") for r in runs}
     pairs = [p for r in runs if r["arm"] != rep.BASELINE and r["status"] == "ok" for p in r.get("anchor_pairs", [])]
     strata = rep.stratum_table(pairs)
     recovered = rep.recovery(report, [a for a in arms if a != rep.BASELINE]) if results["scenario"] == "correlated" else []

@@ -226,3 +226,17 @@ def test_correlated_scenario_arms_inject_the_bias_and_compare_global_with_strati
 
     cfg = load_config([f"experiment={arms['wmrl_global'][0]}", *arms["wmrl_global"][1]])
     assert dict(cfg.world_model.inject_bias) == {"forest": 0.3} and list(cfg.callbacks.debias.stratify_by) == []
+
+
+def test_config_drift_flags_changed_defaults_but_not_what_defines_an_arm():
+    params = {"sandbox_rl-seed0": {"name": "sandbox_rl", "env.mode": "sandbox", "callbacks.debias": "None",
+                                   "rl.lr": "0.0002", "logger.run_name": "a", "seed": "0"},
+              "wmrl-seed0": {"name": "wmrl", "env.mode": "wm", "callbacks.debias.method": "isotonic",
+                             "rl.lr": "0.0005", "logger.run_name": "b", "seed": "0",
+                             "world_model.inject_bias.dummy": "0.4"}}
+    drift = rep.config_drift(params)
+    assert drift == {"rl.lr": {"sandbox_rl-seed0": "0.0002", "wmrl-seed0": "0.0005"}}
+    r = rep.build_report([SANDBOX, WMRL], ["sandbox_rl", "wmrl"])
+    assert "WARNING" not in rep.render_markdown(r)
+    r["config_drift"] = drift
+    assert "WARNING" in rep.render_markdown(r) and "`rl.lr`" in rep.render_markdown(r)

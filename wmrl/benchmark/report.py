@@ -219,6 +219,24 @@ def recovery(report: dict, wm_arms: Sequence[str]) -> list[dict]:
     return out
 
 
+# Keys that define an arm (or name a run); any other resolved config key must be equal across all runs.
+ARM_KEYS = ("name", "seed", "run_dir", "resume", "env.mode", "callbacks.", "logger.", "world_model.inject_bias")
+
+
+def config_drift(params: dict[str, dict[str, str]], arm_keys: Sequence[str] = ARM_KEYS) -> dict[str, dict]:
+    """{key: {run: value}} for every non-arm config key whose value differs between runs (e.g. the code's
+    defaults changed while the benchmark ran): those arms are not comparable."""
+    keys = set().union(*(set(p) for p in params.values())) if params else set()
+    out = {}
+    for key in sorted(keys):
+        if any(key == a or (a.endswith(".") and key.startswith(a)) or key.startswith(a + ".") for a in arm_keys):
+            continue
+        values = {run: p.get(key) for run, p in params.items()}
+        if len(set(values.values())) > 1:
+            out[key] = values
+    return out
+
+
 def stratum_table(pairs: Iterable[dict], keys: Sequence[str] = ("task", "action_class")) -> list[dict]:
     """World model against real execution per stratum, from anchor pairs (one dict per anchored program
     with wm_reward and real_reward): n, bias = mean(wm - real), spread = std(wm - real), mean WM std."""
@@ -260,6 +278,14 @@ def render_markdown(report: dict, strata: Sequence[dict] = (), recovered: Sequen
                     header: str = "", show_targets: bool = True) -> str:
     b = report["baseline"]
     lines = [header] if header else []
+    drift = report.get("config_drift") or {}
+    versions = sorted(set((report.get("code_versions") or {}).values()))
+    if drift or len(versions) > 1:
+        lines += ["**WARNING: the arms did not run the same configuration or code; they are not comparable.**", ""]
+        lines += [f"- `{k}`: " + ", ".join(f"{r}={v}" for r, v in vals.items()) for k, vals in drift.items()]
+        if len(versions) > 1:
+            lines += ["- code versions: " + ", ".join(f"{r}={v}" for r, v in report["code_versions"].items())]
+        lines.append("")
     lines += [f"Ratios in parentheses are to `{b}`. Final eval reward: mean [95% t-interval over seeds]. "
               f"Time to target: training cost until the first evaluation >= {report['target_fraction']:.0%} of "
               f"`{b}`'s final eval reward ({_fmt(report['target_reward'])}).", "",
