@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -62,8 +63,14 @@ def subprocess_train(args: list[str], log_path: Path) -> dict:
     """Runs `python train.py ARGS`, output to log_path; the run's summary.json, or RuntimeError with the tail."""
     run_root = Path(next(a.split("=", 1)[1] for a in args if a.startswith("run_dir=")))
     with open(log_path, "w") as log:
-        rc = subprocess.run([sys.executable, str(ROOT / "train.py"), *args], cwd=ROOT, stdout=log,
-                            stderr=subprocess.STDOUT, env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}).returncode
+        proc = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args], cwd=ROOT, stdout=log,
+                                stderr=subprocess.STDOUT, env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
+        try:
+            rc = proc.wait()
+        finally:  # a stopped benchmark must not leave its training running
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=60)
     summaries = sorted(run_root.glob("*/summary.json"))
     if rc != 0 or not summaries:
         tail = log_path.read_text(errors="replace")[-3000:]
@@ -197,6 +204,7 @@ def _int_keys(runs: list[dict]) -> list[dict]:
 
 
 def main(argv: list[str]) -> int:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds, so the running arm is terminated too
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help=f"one seed and a short run: {' '.join(QUICK)}")
     p.add_argument("--seeds", type=int, default=None, help="seeds per arm (default 3, 1 with --quick)")
