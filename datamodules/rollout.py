@@ -6,6 +6,7 @@ batches to Lightning, one per training step, generated with the policy's current
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import time
@@ -35,6 +36,7 @@ class Trajectory:
     history: str = ""
     executed: bool = False
     scored: bool = False
+    deferred: bool = False  # an anchor whose real execution runs in the background, consumed next step
 
     def best_turn(self) -> int:
         rewards = [j.real.reward if self.executed and j.real is not None else j.wm_reward for j in self.judgements]
@@ -57,26 +59,35 @@ class Rollout:
     def __init__(self, policy, tokenizer, chat, generator, env, suite, rollout_cfg, gen_cfg, max_length: int, seed: int):
         self.policy, self.tok, self.chat, self.generator, self.env, self.suite = policy, tokenizer, chat, generator, env, suite
         self.cfg, self.gen_cfg, self.max_length, self.seed = rollout_cfg, gen_cfg, max_length, seed
+        self.pending: dict | None = None  # deferred anchors of the last step: trajectories + their future
 
     def collect(self, step: int, tasks: list, group_size: int, split: str = "val", route: bool = True,
-                temperature: float | None = None, purpose: str = "train") -> RolloutBatch:
-        rng = random.Random(stream_seed(self.seed, step, purpose))
+                temperature: float | None = None, purpose: str = "train", defer: bool = False,
+                sample_step: int | None = None) -> RolloutBatch:
+        """One batch of `len(tasks)` groups. `defer`: anchor groups execute in the background and
+        join the next step's batch (their old log-probs make the update importance-weighted).
+        `sample_step` fixes the sampling stream (evaluation reuses one, so evaluations compare)."""
+        seed_step = step if sample_step is None else sample_step
+        rng = random.Random(stream_seed(self.seed, seed_step, purpose))
         times = EnvTimes()
         t_gen = 0.0
+        carried = self._resolve_pending(times) if purpose == "train" else []
         n_groups = len(tasks)
         executed, scored = (self.env.routing(n_groups, step, rng) if route else ([True] * n_groups, [False] * n_groups))
+        defer = defer and any(e and s_ for e, s_ in zip(executed, scored))
         trajs: list[Trajectory] = []
         for g, task in enumerate(tasks):
             prompt = self.chat.prompt_ids(task.prompt())
+            deferred = defer and executed[g] and scored[g]
             for _ in range(group_size):
                 trajs.append(Trajectory(task.name, g, list(prompt), [0.0] * len(prompt), [0.0] * len(prompt),
-                                        executed=executed[g], scored=scored[g]))
+                                        executed=executed[g] and not deferred, scored=scored[g], deferred=deferred))
         for turn in range(self.cfg.turns):
             t0 = time.perf_counter()
             room = max(8, min(self.gen_cfg.max_new_tokens, self.max_length - max(len(t.ids) for t in trajs)))
             completions = self.generator.generate(
                 [t.ids for t in trajs], temperature=self.gen_cfg.temperature if temperature is None else temperature,
-                top_p=self.gen_cfg.top_p, max_new_tokens=room, seed=stream_seed(self.seed, step, f"{purpose}/gen/{turn}"))
+                top_p=self.gen_cfg.top_p, max_new_tokens=room, seed=stream_seed(self.seed, seed_step, f"{purpose}/gen/{turn}"))
             t_gen += time.perf_counter() - t0
             items = []
             for k, (t, c) in enumerate(zip(trajs, completions)):
@@ -98,11 +109,60 @@ class Rollout:
                     t.ids += obs
                     t.loss_mask += [0.0] * len(obs)
                     t.logprobs += [0.0] * len(obs)
-        batch = self._batch(trajs)
+        later = [t for t in trajs if t.deferred]
+        if later:
+            self.pending = {"step": step, "split": split, "trajectories": later, "future": None}
+            self._submit_pending()
+        for t in carried:
+            t.group += n_groups  # keep last step's anchor groups apart from this step's groups
+        batch = self._batch([t for t in trajs if not t.deferred] + carried)
         batch.stats.update({"time/generation_s": t_gen, "time/env_real_s": times.real_s, "time/env_wm_s": times.wm_s,
                             "cost/real_executions": times.executions, "cost/sandbox_slot_s": times.slot_s,
-                            "rollout/infra_errors": times.infra_errors})
+                            "rollout/infra_errors": times.infra_errors, "rollout/deferred_anchors": len(carried)})
         return batch
+
+    # ---- anchors executed in the background -------------------------------------------------
+    def _submit_pending(self) -> None:
+        p = self.pending
+        items = [{"task": t.task, "program": prog,
+                  "meta": {"step": p["step"], "consumed": p["step"] + 1, "purpose": "train", "group": t.group,
+                           "turn": turn, "deferred": True}}
+                 for t in p["trajectories"] for turn, prog in enumerate(t.programs)]
+        p["future"] = self.env.execute(items, p["split"])
+
+    def _resolve_pending(self, times: EnvTimes) -> list[Trajectory]:
+        """Last step's deferred anchors with their real outcomes (waits for any still running)."""
+        p, self.pending = self.pending, None
+        if p is None:
+            return []
+        outcomes = iter(self.env.collect(p["future"], times))
+        for t in p["trajectories"]:
+            for j in t.judgements:
+                j.real = next(outcomes)
+            t.executed, t.deferred = True, False
+        return p["trajectories"]
+
+    def pending_state(self) -> dict | None:
+        """Deferred anchors as plain data for a checkpoint; a resumed run executes them again
+        (executions are seeded, so it gets the same outcomes)."""
+        if self.pending is None:
+            return None
+        trajs = [dataclasses.asdict(t) for t in self.pending["trajectories"]]
+        for t in trajs:
+            for j in t["judgements"]:
+                j["real"] = None
+        return {"step": self.pending["step"], "split": self.pending["split"], "trajectories": trajs}
+
+    def load_pending_state(self, state: dict | None) -> None:
+        self.pending = None
+        if state:
+            trajs = []
+            for d in state["trajectories"]:
+                d = dict(d)
+                d["judgements"] = [Judgement(**j) for j in d["judgements"]]
+                trajs.append(Trajectory(**d))
+            self.pending = {"step": state["step"], "split": state["split"], "trajectories": trajs, "future": None}
+            self._submit_pending()
 
     def _batch(self, trajs: list[Trajectory]) -> RolloutBatch:
         n, width = len(trajs), min(self.max_length, max(len(t.ids) for t in trajs))
@@ -161,18 +221,24 @@ class _Stream(IterableDataset):
     def __iter__(self):
         while self.dm.module.rl_step < self.dm.steps:
             step = self.dm.module.rl_step
-            t0 = time.perf_counter()
-            batch = self.dm.rollout.collect(step, self.dm.sample_tasks(step), self.dm.group_size)
-            batch.stats["t_start"] = t0
+            batch = self.dm.rollout.collect(step, self.dm.sample_tasks(step), self.dm.group_size,
+                                            defer=self.dm.async_anchors and step < self.dm.steps - 1)
             yield batch
 
 
 class RolloutDataModule(L.LightningDataModule):
-    def __init__(self, rollout: Rollout, train_tasks: list, groups_per_step: int, group_size: int, steps: int, seed: int):
+    def __init__(self, rollout: Rollout, train_tasks: list, groups_per_step: int, group_size: int, steps: int, seed: int,
+                 async_anchors: bool = False):
         super().__init__()
         self.rollout, self.train_tasks, self.groups_per_step = rollout, train_tasks, groups_per_step
-        self.group_size, self.steps, self.seed = group_size, steps, seed
+        self.group_size, self.steps, self.seed, self.async_anchors = group_size, steps, seed, async_anchors
         self.module = None
+
+    def state_dict(self) -> dict:
+        return {"pending_anchors": self.rollout.pending_state()}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.rollout.load_pending_state(state_dict.get("pending_anchors"))
 
     def attach(self, module) -> None:
         self.module = module

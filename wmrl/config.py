@@ -100,6 +100,7 @@ class EnvConfig:
     anchor_rate: float = opt(0.25, "wm mode: share of groups executed for real and scored by the WM")
     warmup_steps: int = opt(3, "wm mode: first steps executed for real to train the world model")
     anchor_selection: str = opt("random", "how anchor groups are chosen: random")
+    async_anchors: bool = opt(True, "wm mode: anchors execute in the background and train one step later")
 
 
 @dataclass

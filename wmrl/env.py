@@ -65,30 +65,38 @@ class Environment:
     def judge(self, items: Sequence[dict], executed: Sequence[bool], scored: Sequence[bool],
               split: str, times: EnvTimes) -> list[Judgement]:
         """items: dicts with task, program, history, meta. One Judgement per item, in order."""
-        from wmrl.sandbox import ExecRequest
-
         out = [Judgement() for _ in items]
         real_idx = [i for i, e in enumerate(executed) if e]
         wm_idx = [i for i, s in enumerate(scored) if s]
         if real_idx:
-            t0 = time.perf_counter()
-            reqs = [ExecRequest(self.suite.get(items[i]["task"]), items[i]["program"], split, items[i].get("meta", {}))
-                    for i in real_idx]
-            future = self.sandbox.submit(reqs)
+            future = self.execute([items[i] for i in real_idx], split)
         if wm_idx:  # the world model predicts while the sandbox executes
             t1 = time.perf_counter()
             self._predict(items, wm_idx, out)
             times.wm_s += time.perf_counter() - t1
         if real_idx:
-            outcomes = future.result()
-            times.real_s += time.perf_counter() - t0
+            outcomes = self.collect(future, times)
             for i, o in zip(real_idx, outcomes):
                 out[i].real = o
                 out[i].observation = render_observation(o)
-                times.executions += o.attempts > 0  # a program the pre-check rejected never reached a slot
-                times.slot_s += o.wall_s
-                times.infra_errors += o.status is Status.INFRA_ERROR
         return out
+
+    def execute(self, items: Sequence[dict], split: str):
+        """Start real executions without waiting; `collect` gathers them."""
+        from wmrl.sandbox import ExecRequest
+
+        reqs = [ExecRequest(self.suite.get(i["task"]), i["program"], split, i.get("meta", {})) for i in items]
+        return self.sandbox.submit(reqs)
+
+    def collect(self, future, times: EnvTimes) -> list[Outcome]:
+        t0 = time.perf_counter()
+        outcomes = future.result()
+        times.real_s += time.perf_counter() - t0  # only the wait shows: the rest overlapped other work
+        for o in outcomes:
+            times.executions += o.attempts > 0
+            times.slot_s += o.wall_s
+            times.infra_errors += o.status is Status.INFRA_ERROR
+        return outcomes
 
     def _predict(self, items, idx, out) -> None:
         from wmrl.world_model import WMQuery

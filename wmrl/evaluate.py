@@ -12,7 +12,7 @@ class Evaluator:
 
     def run(self, step: int) -> tuple[dict, list]:
         batch = self.rollout.collect(step, self.tasks, self.cfg.samples_per_task, split=self.cfg.split, route=False,
-                                     temperature=self.cfg.temperature, purpose="eval")
+                                     temperature=self.cfg.temperature, purpose="eval", sample_step=0)
         per_task: dict[str, list[float]] = defaultdict(list)
         statuses = []
         for i, rec in enumerate(batch.records):

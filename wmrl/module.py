@@ -63,6 +63,7 @@ class WMRLModule(L.LightningModule):
     def on_train_start(self) -> None:
         if self.evaluator is not None and self.rl_step == 0 and self.cfg.eval.at_start:
             self._evaluate()
+        self._last_step_end = time.perf_counter()
 
     def training_step(self, batch: RolloutBatch, batch_idx: int):
         seed = stream_seed(self.cfg.seed, self.rl_step, "train")
@@ -74,10 +75,11 @@ class WMRLModule(L.LightningModule):
         t2 = time.perf_counter()
         self.rl_step += 1
 
-        stats = {k: v for k, v in batch.stats.items() if k != "t_start"}
+        stats = dict(batch.stats)
         for k in ("cost/real_executions", "cost/sandbox_slot_s"):
             self.totals[k] += stats.pop(k)
-        step_s = t2 - batch.stats.get("t_start", t0)
+        # wall time since the last step ended (evaluation excluded): rollout, waits, updates, checkpointing
+        step_s = t2 - self._last_step_end
         self.totals["cost/train_s"] += step_s
         valid = batch.valid
         metrics = {
@@ -96,6 +98,7 @@ class WMRLModule(L.LightningModule):
         every = self.cfg.eval.every_n_steps
         if self.evaluator is not None and (self.rl_step % every == 0 or self.rl_step == self.cfg.rl.steps):
             self._evaluate()
+        self._last_step_end = time.perf_counter()
 
     def _policy_update(self, batch: RolloutBatch) -> dict:
         cfg = self.cfg.rl

@@ -154,7 +154,8 @@ def train(cfg: DictConfig) -> dict:
     evaluator = Evaluator(rollout, eval_tasks, cfg.eval, cfg.logger.samples_per_eval)
     module = WMRLModule(cfg, policy, world_model, evaluator, wm_examples_from(suite) if world_model else None,
                         anchor_log=run_dir / "anchor_pairs.jsonl")
-    data = RolloutDataModule(rollout, train_tasks, cfg.rollout.groups_per_step, cfg.rollout.group_size, cfg.rl.steps, cfg.seed)
+    data = RolloutDataModule(rollout, train_tasks, cfg.rollout.groups_per_step, cfg.rollout.group_size, cfg.rl.steps, cfg.seed,
+                             async_anchors=cfg.env.mode == "wm" and cfg.env.async_anchors)
     data.attach(module)
 
     run_id = None

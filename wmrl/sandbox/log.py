@@ -67,7 +67,8 @@ class ExecutionLog:
 
 
 def rewind(path: str | Path, step: int) -> int:
-    """Forget executions a resumed run will replay: training steps >= `step`, evaluations after it.
+    """Forget executions a resumed run will replay: training steps >= `step` (a deferred anchor
+    belongs to the step that consumes it), evaluations after it.
 
     The checkpoint at `step` already holds the evaluation made at `step`; everything later is
     executed again, identically, by the resumed run. Returns the number of rows removed.
@@ -77,7 +78,8 @@ def rewind(path: str | Path, step: int) -> int:
     db = sqlite3.connect(str(path), isolation_level=None)
     try:
         cur = db.execute(
-            "DELETE FROM executions WHERE (json_extract(meta, '$.purpose') = 'train' AND json_extract(meta, '$.step') >= ?)"
+            "DELETE FROM executions WHERE (json_extract(meta, '$.purpose') = 'train'"
+            " AND COALESCE(json_extract(meta, '$.consumed'), json_extract(meta, '$.step')) >= ?)"
             " OR (json_extract(meta, '$.purpose') = 'eval' AND json_extract(meta, '$.step') > ?)", (step, step))
         return cur.rowcount
     finally:
