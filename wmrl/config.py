@@ -150,7 +150,7 @@ class CallbacksConfig:
 @dataclass
 class EvalConfig:
     every_n_steps: int = opt(10, "evaluate on held-out tasks every N steps (and at the end)")
-    samples_per_task: int = opt(8, "completions per held-out task")
+    samples_per_task: int = opt(16, "completions per held-out task")
     split: str = opt("test", "split scored in evaluation: test (hidden) | val")
     temperature: float = opt(1.0, "sampling temperature in evaluation")
     at_start: bool = opt(True, "also evaluate the warm-start policy before step 1")
