@@ -61,6 +61,13 @@ class DebiasCallback(Callback):
             reward = batch.reward.clone()  # never write through an alias of wm_reward
             reward[rows] = torch.as_tensor(corrected, dtype=reward.dtype, device=reward.device)
             batch.reward = reward
+            # the variance of a corrected score is the WM's variance times the map's local slope squared:
+            # where the map flattens, WM noise no longer reaches the reward (denoising reads this)
+            slope = self.local_slope(batch.wm_reward[rows].detach().cpu().numpy(),
+                                     None if keys is None else [keys[i] for i in rows.tolist()])
+            var = batch.wm_var.clone()
+            var[rows] = var[rows] * torch.as_tensor(slope**2, dtype=var.dtype, device=var.device)
+            batch.wm_var = var
 
         metrics = {"debias/pairs": float(self.debiaser.pairs), "debias/bias_global": self.debiaser.bias(),
                    "debias/strata": float(sum(fit.n > 0 for fit in self.debiaser.strata.values()))}
@@ -72,6 +79,12 @@ class DebiasCallback(Callback):
         self.batches += 1
         if self.table_every and self.batches % self.table_every == 0:
             self.save_table(trainer)
+
+    def local_slope(self, wm: np.ndarray, keys: list[tuple] | None, h: float = 0.05) -> np.ndarray:
+        """d(corrected)/d(wm) by a central difference over ±h (the isotonic map is a step function)."""
+        up = self.debiaser.correct(np.clip(wm + h, 0.0, 1.0), keys)
+        down = self.debiaser.correct(np.clip(wm - h, 0.0, 1.0), keys)
+        return (up - down) / np.maximum(np.clip(wm + h, 0.0, 1.0) - np.clip(wm - h, 0.0, 1.0), 1e-9)
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self.save_table(trainer)

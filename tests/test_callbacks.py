@@ -228,3 +228,21 @@ def test_callbacks_inside_a_real_lightning_trainer(tmp_path):
     strata = {"action_class": ["forest", "linear"]}
     assert torch.equal(restored.correct(probe, strata), debias.correct(probe, strata))
     assert not math.isnan(float(trainer.callback_metrics["debias/bias_global"]))
+
+
+def test_debias_passes_the_variance_through_the_map():
+    """A map that stretches scores (real = 2 * wm - 0.2 here) stretches the WM's variance by slope^2."""
+    rng = np.random.default_rng(0)
+    wm = rng.uniform(0.3, 0.6, 40)
+    real = 2 * wm - 0.2
+    cb = DebiasCallback(Debiaser("isotonic", stratify_by=[], min_pairs=4, refit_every=1, buffer_size=512))
+    cb.on_train_batch_start(trainer_stub([cb]), Recorder(), make_batch(real, wm, [0.01] * 40, ["linear"] * 40, set(range(10))), 0)
+    batch = make_batch(real, wm, [0.01] * 40, ["linear"] * 40, anchor_groups=set())
+    cb.on_train_batch_start(trainer_stub([cb]), Recorder(), batch, 1)
+    inner = (wm > 0.36) & (wm < 0.54)  # away from the ends of the fitted range, where the map is clipped
+    assert np.allclose(batch.wm_var.numpy()[inner], 0.04, rtol=0.35)
+    offset = DebiasCallback(Debiaser("offset", stratify_by=[], half_life=8.0))
+    batch = biased_batch()
+    before = batch.wm_var.clone()
+    offset.on_train_batch_start(trainer_stub([offset]), Recorder(), batch, 0)
+    assert torch.allclose(batch.wm_var, before)  # a shift has slope 1
