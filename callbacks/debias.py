@@ -63,11 +63,12 @@ class DebiasCallback(Callback):
             batch.reward = reward
             # the variance of a corrected score is the WM's variance times the map's local slope squared:
             # where the map flattens, WM noise no longer reaches the reward (denoising reads this)
-            slope = self.local_slope(batch.wm_reward[rows].detach().cpu().numpy(),
-                                     None if keys is None else [keys[i] for i in rows.tolist()])
-            var = batch.wm_var.clone()
-            var[rows] = var[rows] * torch.as_tensor(slope**2, dtype=var.dtype, device=var.device)
-            batch.wm_var = var
+            if self.debiaser.method == "isotonic":  # an offset is a shift: slope 1
+                slope = self.local_slope(batch.wm_reward[rows].detach().cpu().numpy(),
+                                         None if keys is None else [keys[i] for i in rows.tolist()])
+                var = batch.wm_var.clone()
+                var[rows] = var[rows] * torch.as_tensor(slope**2, dtype=var.dtype, device=var.device)
+                batch.wm_var = var
 
         metrics = {"debias/pairs": float(self.debiaser.pairs), "debias/bias_global": self.debiaser.bias(),
                    "debias/strata": float(sum(fit.n > 0 for fit in self.debiaser.strata.values()))}
