@@ -112,7 +112,7 @@ class WorldModelConfig:
     heads: int = opt(4, "member attention heads")
     max_tokens: int = opt(256, "longest tokenized (task, program) input")
     lr: float = opt(1e-3, "learning rate")
-    updates_per_step: int = opt(20, "gradient updates per training step")
+    updates_per_step: int = opt(8, "gradient updates per training step")
     batch_size: int = opt(64, "examples per update")
     replay_size: int = opt(4096, "bounded replay of real executions")
     threads: int = opt(1, "torch threads while the WM predicts or trains (tiny matmuls: 1 is fastest); 0 = leave as is")

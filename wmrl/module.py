@@ -129,7 +129,7 @@ class WMRLModule(L.LightningModule):
                 share = len(chunk) / n_valid  # the loss is a mean over all valid trajectories
                 self.manual_backward(loss * share)
                 for k, v in {"loss": loss, "entropy": entropy, **s}.items():
-                    acc[k] = acc.get(k, 0.0) + float(v) * share
+                    acc[k] = acc.get(k, 0.0) + float(v.detach()) * share
             grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.grad_clip)
             opt.step()
             acc["grad_norm"] = float(grad_norm)

@@ -6,6 +6,7 @@ malformed and syntactically broken programs never cost a sandbox slot.
 from __future__ import annotations
 
 import ast
+import warnings
 import re
 
 from wmrl.outcome import Status
@@ -33,7 +34,9 @@ def precheck(source: str) -> tuple[Status | None, str]:
     if not _BUILD_DEF.search(source):  # prose without a program is malformed, not a syntax error
         return Status.MALFORMED, "no `def build()` in the program"
     try:
-        tree = ast.parse(source)
+        with warnings.catch_warnings():  # agent code: its SyntaxWarnings are not ours
+            warnings.simplefilter("ignore", SyntaxWarning)
+            tree = ast.parse(source)
     except (SyntaxError, ValueError) as e:  # ValueError: null bytes in the source
         line = getattr(e, "lineno", None)
         return Status.SYNTAX_ERROR, f"{type(e).__name__}: {getattr(e, 'msg', e)}" + (f" (line {line})" if line else "")

@@ -6,6 +6,7 @@ program is never run) and total (every string gets a class).
 from __future__ import annotations
 
 import ast
+import warnings
 import re
 from typing import Dict, Optional
 
@@ -46,7 +47,9 @@ def family_of(class_name: str) -> Optional[str]:
 def action_class(source: str) -> str:
     """Family of the estimator `build()` returns; for a pipeline, of its final step."""
     try:
-        tree = ast.parse(source)
+        with warnings.catch_warnings():  # agent code: its SyntaxWarnings are not ours
+            warnings.simplefilter("ignore", SyntaxWarning)
+            tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return "unparsable"
     resolver = _Resolver(tree)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import asdict, fields, is_dataclass
 from typing import Any, Iterable
 
@@ -28,6 +28,7 @@ DESCRIPTOR_TOKENS = 48  # tokens of the task descriptor (averaged into one posit
 PROGRAM_TOKENS = 384  # tokens of the program kept (its beginning)
 HISTORY_TOKENS = 128  # tokens of the history kept (its end)
 VALUE_POINTS = 256  # (pos, value) pairs kept per task to turn a predicted pos into a metric value
+MEMORY_VAR = 1e-4  # reward variance of a remembered outcome: executions are seeded, only timing varies
 
 
 def wm_config_dict(cfg: Any = None) -> dict:
@@ -108,6 +109,9 @@ class LearnedEnsembleWM:
         self.replay_count = 0  # examples ever added; the ring position is count % replay_size
         self.values: dict[str, deque] = {}  # task -> recent (pos, value) of valid executions
         self.metric_names: dict[str, str] = {}
+        # exact outcomes of programs already executed, per task: a program seen again is predicted from
+        # memory (executions are seeded, so the same program on the same data does the same thing)
+        self.memory: OrderedDict[tuple[str, str], tuple[int, float, float]] = OrderedDict()
         self.updates = 0
 
     # ---- encoding -------------------------------------------------------------------------
@@ -178,6 +182,14 @@ class LearnedEnsembleWM:
             if status is not None:  # syntax error / malformed: exact, zero variance
                 probs[i], reward_mean[i] = prechecked_prediction(status)
                 decided[i] = True
+        prechecked = decided.clone()
+        for i, q in enumerate(queries):
+            hit = None if decided[i] else self.memory.get((q.task, q.program.strip()))
+            if hit is not None:
+                status_index, pos, reward = hit
+                probs[i, status_index] = 1.0
+                pos_mean[i], reward_mean[i], reward_var[i] = pos, reward, MEMORY_VAR
+                decided[i] = True
         rest = (~decided).nonzero().flatten().tolist()
         if rest:
             out = self.member_outputs([queries[i] for i in rest])
@@ -192,7 +204,7 @@ class LearnedEnsembleWM:
         value = torch.tensor([self.value_at(q.task, float(pos_mean[i])) for i, q in enumerate(queries)])
         return WMPrediction(status_probs=probs, pos_mean=pos_mean, pos_std=pos_std, reward_mean=reward_mean,
                             reward_var=reward_var, value_mean=value, tasks=[q.task for q in queries],
-                            metrics=metrics, prechecked=decided)
+                            metrics=metrics, prechecked=prechecked)
 
     def value_at(self, task: str, pos: float) -> float:
         """Metric value at a leaderboard position, interpolated from this task's real executions."""
@@ -229,6 +241,12 @@ class LearnedEnsembleWM:
         for q, o in examples:
             if o.metric:
                 self.metric_names[q.task] = o.metric
+            if o.status in PREDICTED_STATUSES and math.isfinite(o.reward):
+                key = (q.task, q.program.strip())
+                self.memory[key] = (PREDICTED_STATUSES.index(o.status), float(o.pos or 0.0), float(o.reward))
+                self.memory.move_to_end(key)
+                while len(self.memory) > self.cfg["replay_size"]:
+                    self.memory.popitem(last=False)
             if o.status is Status.VALID and o.value is not None and o.pos is not None and math.isfinite(o.value):
                 self.values.setdefault(q.task, deque(maxlen=VALUE_POINTS)).append((float(o.pos), float(o.value)))
 
@@ -321,6 +339,7 @@ class LearnedEnsembleWM:
             "replay_count": self.replay_count,
             "values": {k: [list(p) for p in v] for k, v in self.values.items()},
             "metric_names": dict(self.metric_names),
+            "memory": [[t, p, *v] for (t, p), v in self.memory.items()],
             "updates": self.updates,
             "generator": self.gen.get_state(),
         }
@@ -339,6 +358,7 @@ class LearnedEnsembleWM:
         self.replay_count = keep
         self.values = {k: deque((tuple(p) for p in v), maxlen=VALUE_POINTS) for k, v in state["values"].items()}
         self.metric_names = dict(state["metric_names"])
+        self.memory = OrderedDict(((t, p), (int(i), float(pos), float(r))) for t, p, i, pos, r in state.get("memory", []))
         self.updates = int(state["updates"])
         self.gen.set_state(state["generator"])
 
