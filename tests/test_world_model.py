@@ -196,3 +196,21 @@ def test_a_program_executed_before_is_predicted_from_memory():
     restored = LearnedEnsembleWM({**SMALL, "updates_per_step": 1}, seed=1)
     restored.load_state_dict(wm.state_dict())
     assert float(restored.predict([q]).reward_mean[0]) == pytest.approx(0.85)
+
+
+def test_certain_runtime_errors_are_predicted_exactly_without_the_network():
+    from wmrl.world_model.static import static_check
+
+    fine = "from sklearn.ensemble import RandomForestClassifier\n\ndef build():\n    return RandomForestClassifier()\n"
+    mismatch = "from sklearn.ensemble import ExtraTreesRegressor\n\ndef build():\n    return RandomForestClassifier()\n"
+    bad_import = "from sklearn.neural_network import SVC\n\ndef build():\n    return SVC()\n"
+    assert static_check(fine) == (None, "")
+    assert static_check(mismatch)[0] is Status.RUNTIME_ERROR and "NameError" in static_check(mismatch)[1]
+    assert static_check(bad_import)[0] is Status.RUNTIME_ERROR and "ImportError" in static_check(bad_import)[1]
+    unknown = "import notinstalledpkg\nfrom notinstalledpkg import X\n\ndef build():\n    return X()\n"
+    assert static_check(unknown) == (None, "")  # modules outside sklearn/numpy/scipy are never imported here
+    wm = LearnedEnsembleWM(SMALL, seed=0)
+    p = wm.predict([WMQuery("wine", TASKS["wine"], mismatch), WMQuery("wine", TASKS["wine"], fine)])
+    assert p.status[0] is Status.RUNTIME_ERROR
+    assert float(p.reward_mean[0]) == pytest.approx(0.1) and float(p.reward_var[0]) == 0.0
+    assert float(p.reward_var[1]) > 0.0

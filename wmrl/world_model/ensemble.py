@@ -22,6 +22,7 @@ from wmrl.outcome import PREDICTED_STATUSES, Outcome, Status
 from wmrl.world_model.base import (N_STATUS, VALID_INDEX, WMPrediction, WMQuery, precheck,
                                    prechecked_prediction, reward_moments)
 from wmrl.world_model.model import EnsembleEncoder
+from wmrl.world_model.static import static_check
 from wmrl.world_model.tokenizer import PAD, chunk, load_tokenizer
 
 DESCRIPTOR_TOKENS = 48  # tokens of the task descriptor (averaged into one position)
@@ -179,7 +180,9 @@ class LearnedEnsembleWM:
         decided = torch.zeros(b, dtype=torch.bool)
         for i, q in enumerate(queries):
             status, _ = precheck(q.program)
-            if status is not None:  # syntax error / malformed: exact, zero variance
+            if status is None:
+                status, _ = static_check(q.program)  # undefined names, imports that cannot resolve
+            if status is not None:  # syntax error / malformed / certain runtime error: exact, zero variance
                 probs[i], reward_mean[i] = prechecked_prediction(status)
                 decided[i] = True
         prechecked = decided.clone()
