@@ -83,9 +83,9 @@ class DebiasCallback(Callback):
 
     def local_slope(self, wm: np.ndarray, keys: list[tuple] | None, h: float = 0.05) -> np.ndarray:
         """d(corrected)/d(wm) by a central difference over ±h (the isotonic map is a step function)."""
-        up = self.debiaser.correct(np.clip(wm + h, 0.0, 1.0), keys)
-        down = self.debiaser.correct(np.clip(wm - h, 0.0, 1.0), keys)
-        return (up - down) / np.maximum(np.clip(wm + h, 0.0, 1.0) - np.clip(wm - h, 0.0, 1.0), 1e-9)
+        wm = np.clip(wm, 0.0, 1.0)  # an injected or extreme score still gets a two-sided difference
+        hi, lo = np.clip(wm + h, 0.0, 1.0), np.clip(wm - h, 0.0, 1.0)
+        return (self.debiaser.correct(hi, keys) - self.debiaser.correct(lo, keys)) / np.maximum(hi - lo, 1e-9)
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self.save_table(trainer)

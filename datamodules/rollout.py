@@ -189,11 +189,16 @@ class Rollout:
                 wms = [j.wm_reward for j in t.judgements]
                 b = max(range(len(wms)), key=lambda k: wms[k])
                 wm[i], var[i] = wms[b], t.judgements[b].wm_var
-            best = t.best_turn() if not (t.executed and t.group in bad_groups) else 0
-            j = t.judgements[best]
+                # strata from the world model's side only: anchors must be filed where the WM-only
+                # rows that their fit later corrects can be found
+                strata["action_class"].append(t.classes[b])
+                strata["status"].append(t.judgements[b].wm_status)
+            else:
+                best = t.best_turn() if t.group not in bad_groups else 0
+                real_best = t.judgements[best].real
+                strata["action_class"].append(t.classes[best])
+                strata["status"].append(real_best.status.value if real_best is not None else "")
             strata["task"].append(t.task)
-            strata["action_class"].append(t.classes[best])
-            strata["status"].append(j.real.status.value if t.executed and j.real is not None else j.wm_status)
         executed = torch.tensor([t.executed for t in trajs])
         scored = torch.tensor([t.scored for t in trajs])
         valid = torch.tensor([t.group not in bad_groups for t in trajs])

@@ -128,8 +128,9 @@ class WMRLModule(L.LightningModule):
                                       cfg.clip_eps, cfg.loss, ref, cfg.kl_beta, max_tokens)
                 share = len(chunk) / n_valid  # the loss is a mean over all valid trajectories
                 self.manual_backward(loss * share)
-                for k, v in {"loss": loss, "entropy": entropy, **s}.items():
-                    acc[k] = acc.get(k, 0.0) + float(v.detach()) * share
+                acc["loss"] = acc.get("loss", 0.0) + float(loss.detach()) * share
+                for k, v in {"entropy": entropy, **s}.items():  # diagnostics: means over the rows trained on
+                    acc[k] = acc.get(k, 0.0) + float(v.detach()) * len(chunk) / len(rows)
             grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.grad_clip)
             opt.step()
             acc["grad_norm"] = float(grad_norm)

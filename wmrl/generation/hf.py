@@ -25,7 +25,7 @@ class HFGenerator:
 
     @torch.no_grad()
     def generate(self, prompts, *, temperature, top_p, max_new_tokens, seed) -> list[Completion]:
-        gen = torch.Generator().manual_seed(seed)
+        gen = torch.Generator(device=next(self.model.parameters()).device).manual_seed(seed)
         was_training = self.model.training
         self.model.eval()
         try:
@@ -60,7 +60,7 @@ class HFGenerator:
         tokens, logps = [], []
         for _ in range(max_new_tokens):
             logp = torch.log_softmax(logits / max(temperature, 1e-4), dim=-1)
-            tok = torch.multinomial(_top_p(logp, top_p).exp(), 1, generator=gen if device.type == "cpu" else None).squeeze(1)
+            tok = torch.multinomial(_top_p(logp, top_p).exp(), 1, generator=gen).squeeze(1)
             tok = torch.where(done, torch.full_like(tok, pad), tok)
             tokens.append(tok)
             logps.append(logp.gather(1, tok[:, None]).squeeze(1))
