@@ -13,7 +13,6 @@ Targets: warm overhead <= 1/8 of cold; 2-slot efficiency >= 0.8.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import statistics

@@ -56,8 +56,8 @@ class Trajectory:
 
 
 class Rollout:
-    def __init__(self, policy, tokenizer, chat, generator, env, suite, rollout_cfg, gen_cfg, max_length: int, seed: int):
-        self.policy, self.tok, self.chat, self.generator, self.env, self.suite = policy, tokenizer, chat, generator, env, suite
+    def __init__(self, tokenizer, chat, generator, env, suite, rollout_cfg, gen_cfg, max_length: int, seed: int):
+        self.tok, self.chat, self.generator, self.env, self.suite = tokenizer, chat, generator, env, suite
         self.cfg, self.gen_cfg, self.max_length, self.seed = rollout_cfg, gen_cfg, max_length, seed
         self.pending: dict | None = None  # deferred anchors of the last step: trajectories + their future
 

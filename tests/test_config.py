@@ -1,7 +1,6 @@
 """The config is the user interface of train.py: defaults, presets, overrides and their errors."""
 import subprocess
 import sys
-from dataclasses import fields
 from pathlib import Path
 
 import pytest

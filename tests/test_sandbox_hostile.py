@@ -12,7 +12,6 @@ import time
 import uuid
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from wmrl.config import SandboxConfig

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from wmrl.outcome import Outcome, Status, render_observation
@@ -33,7 +33,6 @@ class EnvTimes:
     executions: int = 0
     slot_s: float = 0.0
     infra_errors: int = 0
-    extra: dict = field(default_factory=dict)
 
 
 def choose_anchors(n_groups: int, rate: float, rng: random.Random) -> list[bool]:

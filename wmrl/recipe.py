@@ -150,7 +150,7 @@ def train(cfg: DictConfig) -> dict:
     env = Environment(sandbox, world_model, cfg.env, suite, observation_correction=correct_obs,
                       bias=cfg.world_model.inject_bias)
     generator = make_generator(cfg.generation, policy, tok, chat.eos_ids)
-    rollout = Rollout(policy, tok, chat, generator, env, suite, cfg.rollout, cfg.generation, cfg.policy.max_length, cfg.seed)
+    rollout = Rollout(tok, chat, generator, env, suite, cfg.rollout, cfg.generation, cfg.policy.max_length, cfg.seed)
     evaluator = Evaluator(rollout, eval_tasks, cfg.eval, cfg.logger.samples_per_eval)
     module = WMRLModule(cfg, policy, world_model, evaluator, wm_examples_from(suite) if world_model else None,
                         anchor_log=run_dir / "anchor_pairs.jsonl")

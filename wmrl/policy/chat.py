@@ -21,6 +21,9 @@ class ChatFormat:
     def __init__(self, tokenizer):
         self.tok = tokenizer
         self.builtin = tokenizer.chat_template == BUILTIN_TEMPLATE
+        # a stand-in conversation whose rendering precedes every observation: rendered once
+        base = self._messages("P") + [{"role": "assistant", "content": "A"}]
+        self._base = (base, self._render(base, gen=False))
 
     def _render(self, messages: list[dict], gen: bool) -> str:
         if self.builtin:
@@ -37,8 +40,7 @@ class ChatFormat:
 
     def observation_ids(self, observation: str) -> list[int]:
         """Tokens that close the assistant turn's aftermath and open the next assistant turn."""
-        base = self._messages("P") + [{"role": "assistant", "content": "A"}]
-        before = self._render(base, gen=False)
+        base, before = self._base
         after = self._render(base + [{"role": "user", "content": observation}], gen=True)
         if not after.startswith(before):
             raise ValueError("chat template re-renders earlier turns; multi-turn ids cannot be appended")

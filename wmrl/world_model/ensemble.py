@@ -11,7 +11,7 @@ import math
 import time
 from collections import OrderedDict, deque
 from dataclasses import asdict, fields, is_dataclass
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import torch
