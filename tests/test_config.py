@@ -15,10 +15,22 @@ def _train(*args, cwd):
     return subprocess.run([sys.executable, str(ROOT / "train.py"), *args], cwd=cwd, capture_output=True, text=True, timeout=120)
 
 
-def test_config_yaml_holds_exactly_the_schema_defaults():
+def test_config_yaml_is_generated_from_the_schema_and_current():
+    r = subprocess.run([sys.executable, "-m", "wmrl.config"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert (CONF_DIR / "config.yaml").read_text() == r.stdout, "regenerate: python -m wmrl.config > conf/config.yaml"
     schema = OmegaConf.to_container(OmegaConf.structured(Config))
-    yaml = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "config.yaml"))
-    assert yaml == schema
+    assert OmegaConf.to_container(OmegaConf.load(CONF_DIR / "config.yaml")) == schema
+
+
+def test_defaults_come_from_the_schema_alone(tmp_path, monkeypatch):
+    """conf/config.yaml is documentation: editing it changes no default."""
+    import wmrl.config as config
+
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "config.yaml").write_text("rl:\n  steps: 999\n")
+    monkeypatch.setattr(config, "CONF_DIR", tmp_path)
+    assert config.load_config([]).rl.steps == Config().rl.steps
 
 
 def test_every_key_has_a_meaning():
@@ -64,6 +76,12 @@ def test_wrong_type_names_key_and_expected_type():
         load_config(["rl.loss=ppo"])
     with pytest.raises(ConfigError, match=r"unknown stratum"):
         load_config(["callbacks.debias.stratify_by=[color]"])
+
+
+@pytest.mark.parametrize("override", ["sandbox.backend=ray", "env.anchor_selection=uncertainty"])
+def test_a_choice_that_is_not_implemented_is_rejected_before_anything_runs(override):
+    with pytest.raises(ConfigError, match="must be one of"):
+        load_config([override])
 
 
 def test_unknown_preset_lists_presets():

@@ -1,15 +1,17 @@
 """The configuration schema: every key, its type, its default and a one-line meaning.
 
-`conf/config.yaml` carries the same defaults (a test keeps the two equal); presets in
-`conf/experiment/` override them; `key=value` on the command line overrides both.
+The schema is the one source of defaults. `conf/config.yaml` is generated from it for reading
+(`python -m wmrl.config > conf/config.yaml`; a test keeps it current); presets in
+`conf/experiment/` override the defaults; `key=value` on the command line overrides both.
 """
 from __future__ import annotations
 
 import difflib
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, List, Optional
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
@@ -35,7 +37,7 @@ class TaskConfig:
 
 @dataclass
 class SandboxConfig:
-    backend: str = opt("local", "where programs run: local (warm fork pool) | ray")
+    backend: str = opt("local", "where programs run: local (warm fork pool)")
     slots: int = opt(0, "executions at once; 0 = number of CPU cores")
     isolation: str = opt("auto", "auto | bwrap | unshare | none (none must be asked for explicitly)")
     memory_mb: int = opt(2048, "address-space limit of one execution, MiB")
@@ -116,7 +118,6 @@ class WorldModelConfig:
     batch_size: int = opt(64, "examples per update")
     replay_size: int = opt(4096, "bounded replay of real executions")
     threads: int = opt(1, "torch threads while the WM predicts or trains (tiny matmuls: 1 is fastest); 0 = leave as is")
-    inject_bias: Dict[str, float] = opt({}, "benchmark only: offset added to WM rewards per action class, e.g. {forest: 0.3}")
 
 
 @dataclass
@@ -256,7 +257,7 @@ def presets() -> list[str]:
 
 
 def load_config(overrides: list[str] | None = None, experiment: str | None = None) -> DictConfig:
-    """Schema defaults <- conf/config.yaml <- conf/experiment/NAME.yaml <- dotlist overrides."""
+    """Schema defaults <- conf/experiment/NAME.yaml <- dotlist overrides."""
     overrides = list(overrides or [])
     rest = []
     for o in overrides:
@@ -268,7 +269,7 @@ def load_config(overrides: list[str] | None = None, experiment: str | None = Non
         if "=" not in o:
             raise ConfigError(f"override {o!r} is not key=value")
     cfg = OmegaConf.structured(Config)
-    layers: list[tuple[str, Any]] = [("conf/config.yaml", OmegaConf.load(CONF_DIR / "config.yaml"))]
+    layers: list[tuple[str, Any]] = []
     if experiment:
         path = CONF_DIR / "experiment" / f"{experiment}.yaml"
         if not path.exists():
@@ -295,7 +296,7 @@ def load_config(overrides: list[str] | None = None, experiment: str | None = Non
 
 
 CHOICES = {
-    "sandbox.backend": ("local", "ray"),
+    "sandbox.backend": ("local",),
     "sandbox.isolation": ("auto", "bwrap", "unshare", "none"),
     "policy.arch": ("qwen2", "llama"),
     "generation.backend": ("hf", "vllm"),
@@ -324,3 +325,26 @@ def _check_choices(cfg: DictConfig) -> None:
     for key in ("rollout.groups_per_step", "rollout.group_size", "rollout.turns", "rl.steps", "rl.updates_per_batch"):
         if OmegaConf.select(cfg, key) < 1:
             raise ConfigError(f"config key {key!r} must be >= 1; got {OmegaConf.select(cfg, key)}")
+
+
+def defaults_yaml(schema: type = Config, indent: int = 0) -> str:
+    """The schema's defaults as commented YAML (what `conf/config.yaml` holds)."""
+    lines = []
+    pad = "  " * indent
+    for f in fields(schema):
+        default = f.default_factory() if f.default is MISSING else f.default
+        inner = _dataclass_of(f.type)
+        help_ = f.metadata.get("help", "")
+        if inner is not None and default is not None:
+            lines.append(f"{pad}{f.name}:" + (f"  # {help_}" if help_ else ""))
+            lines.append(defaults_yaml(inner, indent + 1))
+        else:
+            value = yaml.safe_dump({"v": default}, default_flow_style=True, width=10**6).strip()[4:-1]
+            lines.append(f"{pad}{f.name}: {value}" + (f"  # {help_}" if help_ else ""))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print("# GENERATED from the schema in wmrl/config.py by `python -m wmrl.config > conf/config.yaml`: do not edit.\n"
+          "# Every default and its meaning; presets in conf/experiment/ and key=value overrides change them.")
+    print(defaults_yaml())
