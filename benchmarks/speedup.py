@@ -13,11 +13,13 @@ run per arm and seed.
 
 Scenarios:
 - default: sandbox_rl, wm_raw, wmrl_no_debias, wmrl_no_denoise, wmrl.
-- correlated: the world model gets a class-correlated reward error (`world_model.inject_bias`);
+- correlated: the world model gets a class-correlated reward error (its world-model arms run
+  `benchmarks/train_biased.py`, which wraps the world model in `wmrl.world_model.biased`);
   sandbox_rl (the real-execution reference), wm_raw, and wmrl with the paper's single global
   isotonic map (wmrl_global: callbacks.debias.stratify_by=[]) against per-action-class debiasing
   (wmrl_stratified: stratify_by=[action_class]).
-The arithmetic of the report lives in `wmrl.benchmark.report` (tested on fixed inputs).
+The report's statistics live in `wmrl.benchmark.stats`, its targets in `wmrl.benchmark.targets`,
+its rendering in `wmrl.benchmark.render` (tested on fixed inputs).
 """
 from __future__ import annotations
 
@@ -35,7 +37,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
-from wmrl.benchmark import report as rep  # noqa: E402
+from wmrl.benchmark import render, stats  # noqa: E402
+from wmrl.benchmark import targets as tg  # noqa: E402
+from wmrl.benchmark.format import fmt  # noqa: E402
 
 # --quick: one seed, small enough for about 25 minutes on a 2-core CPU; warm-up kept at about the
 # default's share of the run (3 of 30 steps).
@@ -46,24 +50,31 @@ DEFAULT_BIAS = {"dummy": 0.4}
 EXPERIMENT = "wmrl-speedup"
 HISTORY = ["time/step_s", "time/generation_s", "time/policy_train_s", "time/env_real_s", "time/env_wm_s",
            "time/wm_train_s", "time/eval_s", "cost/real_executions", "cost/sandbox_slot_s", "eval/real_reward",
-           "reward/train_mean", "reward/real_mean", *rep.FIDELITY]
+           "reward/train_mean", "reward/real_mean", *stats.FIDELITY]
 
 
-def arms_of(scenario: str, bias: dict[str, float]) -> list[tuple[str, str, list[str]]]:
-    """(label, preset, overrides) per arm; the first is the baseline."""
+def arms_of(scenario: str, bias: dict[str, float]) -> list[tuple[str, str, list[str], dict[str, float]]]:
+    """(label, preset, overrides, world-model bias) per arm; the first is the baseline."""
     if scenario == "default":
-        return [(a, a, []) for a in ("sandbox_rl", "wm_raw", "wmrl_no_debias", "wmrl_no_denoise", "wmrl")]
-    inject = [f"world_model.inject_bias.{cls}={off}" for cls, off in bias.items()]
-    return [("sandbox_rl", "sandbox_rl", []), ("wm_raw", "wm_raw", inject),
-            ("wmrl_global", "wmrl", [*inject, "callbacks.debias.stratify_by=[]"]),
-            ("wmrl_stratified", "wmrl", [*inject, "callbacks.debias.stratify_by=[action_class]"])]
+        return [(a, a, [], {}) for a in ("sandbox_rl", "wm_raw", "wmrl_no_debias", "wmrl_no_denoise", "wmrl")]
+    return [("sandbox_rl", "sandbox_rl", [], {}), ("wm_raw", "wm_raw", [], bias),
+            ("wmrl_global", "wmrl", ["callbacks.debias.stratify_by=[]"], bias),
+            ("wmrl_stratified", "wmrl", ["callbacks.debias.stratify_by=[action_class]"], bias)]
 
 
-def subprocess_train(args: list[str], log_path: Path) -> dict:
-    """Runs `python train.py ARGS`, output to log_path; the run's summary.json, or RuntimeError with the tail."""
+def train_command(args: list[str], bias: dict[str, float]) -> list[str]:
+    """`python train.py ARGS`, or the biased-world-model entry point when the arm has a bias."""
+    if not bias:
+        return [sys.executable, str(ROOT / "train.py"), *args]
+    spec = ",".join(f"{k}={v}" for k, v in bias.items())
+    return [sys.executable, str(ROOT / "benchmarks" / "train_biased.py"), f"--bias={spec}", *args]
+
+
+def subprocess_train(args: list[str], log_path: Path, bias: dict[str, float]) -> dict:
+    """Runs one training (`train_command`), output to log_path; the run's summary.json, or RuntimeError with the tail."""
     run_root = Path(next(a.split("=", 1)[1] for a in args if a.startswith("run_dir=")))
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args], cwd=ROOT, stdout=log,
+        proc = subprocess.Popen(train_command(args, bias), cwd=ROOT, stdout=log,
                                 stderr=subprocess.STDOUT, env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
         try:
             rc = proc.wait()
@@ -108,7 +119,7 @@ def read_anchor_pairs(run_dir: str | Path) -> list[dict]:
 
 def run_benchmark(out: Path, scenario: str = "default", seeds: int = 1, overrides: list[str] = (),
                   bias: dict[str, float] | None = None, only: list[str] | None = None,
-                  train_fn: Callable[[list[str], Path], dict] = subprocess_train, note: str = "") -> dict:
+                  train_fn: Callable[[list[str], Path, dict], dict] = subprocess_train, note: str = "") -> dict:
     """Trains every (arm, seed) back to back, collects MLflow histories, writes the report files."""
     from mlflow.tracking import MlflowClient
 
@@ -128,17 +139,17 @@ def run_benchmark(out: Path, scenario: str = "default", seeds: int = 1, override
 
     runs = []
     for seed in range(seeds):
-        for label, preset, arm_overrides in arms:
+        for label, preset, arm_overrides, arm_bias in arms:
             name = f"{label}-seed{seed}"
             args = [f"experiment={preset}", f"seed={seed}", f"run_dir={out.resolve()}/runs/{name}",
                     f"logger.tracking_uri={uri}", f"logger.experiment_name={EXPERIMENT}", f"logger.parent_run_id={pid}",
                     f"logger.run_name={name}", "trainer.progress_bar=false", *arm_overrides, *overrides]
-            print(f"[speedup] {name}: train.py {' '.join(args)}", flush=True)
+            print(f"[speedup] {name}: {' '.join(train_command(args, arm_bias)[1:])}", flush=True)
             t0 = time.perf_counter()
-            run = {"arm": label, "seed": seed, "args": args, "status": "ok", "error": None, "summary": {}, "history": {},
+            run = {"arm": label, "seed": seed, "args": args, "bias": arm_bias, "status": "ok", "error": None, "summary": {}, "history": {},
                    "anchor_pairs": [], "params": {}, "code": code_version()}
             try:
-                run["summary"] = train_fn(args, out / "logs" / f"{name}.log")
+                run["summary"] = train_fn(args, out / "logs" / f"{name}.log", arm_bias)
                 run["history"] = metric_history(client, run["summary"]["mlflow_run_id"])
                 run["params"] = client.get_run(run["summary"]["mlflow_run_id"]).data.params
                 run["anchor_pairs"] = read_anchor_pairs(run["summary"]["run_dir"])
@@ -146,7 +157,7 @@ def run_benchmark(out: Path, scenario: str = "default", seeds: int = 1, override
                 run["status"], run["error"] = "failed", f"{type(e).__name__}: {e}"[-3000:]
             run["wall_s"] = time.perf_counter() - t0
             print(f"[speedup] {name}: {run['status']} in {run['wall_s']:.0f}s "
-                  f"(eval {rep._fmt(rep.final_eval(run)) if run['status'] == 'ok' else '-'})", flush=True)
+                  f"(eval {fmt(stats.final_eval(run)) if run['status'] == 'ok' else '-'})", flush=True)
             runs.append(run)
 
     results = {"scenario": scenario, "seeds": seeds, "overrides": list(overrides), "bias": bias if scenario == "correlated" else {},
@@ -167,25 +178,25 @@ def write_report(out: Path, results: dict) -> dict:
     """results.json -> table.md, cost_vs_reward.png; returns the report and flat metrics for MLflow."""
     arms, runs = results["arms"], results["runs"]
     wmrl_arm = "wmrl_stratified" if results["scenario"] == "correlated" else "wmrl"
-    report = rep.build_report(runs, arms, wmrl=wmrl_arm)
+    report = stats.build_report(runs, arms, wmrl=wmrl_arm)
     ok = [r for r in runs if r["status"] == "ok"]
-    report["config_drift"] = rep.config_drift({f"{r['arm']}-seed{r['seed']}": r.get("params", {}) for r in ok})
+    report["config_drift"] = stats.config_drift({f"{r['arm']}-seed{r['seed']}": r.get("params", {}) for r in ok})
     report["code_versions"] = {f"{r['arm']}-seed{r['seed']}": r.get("code", "unknown") for r in runs}
-    pairs = [p for r in runs if r["arm"] != rep.BASELINE and r["status"] == "ok" for p in r.get("anchor_pairs", [])]
-    strata = rep.stratum_table(pairs)
-    recovered = rep.recovery(report, [a for a in arms if a != rep.BASELINE]) if results["scenario"] == "correlated" else []
+    pairs = [p for r in runs if r["arm"] != stats.BASELINE and r["status"] == "ok" for p in r.get("anchor_pairs", [])]
+    strata = stats.stratum_table(pairs)
+    recovered = stats.recovery(report, [a for a in arms if a != stats.BASELINE]) if results["scenario"] == "correlated" else []
     header = (f"# Speedup benchmark ({results['scenario']})\n\n`{results['command']}` — {results['seeds']} seed(s); "
               f"overrides: `{' '.join(results['overrides']) or 'none'}`"
               + (f"; injected WM bias: `{json.dumps(results['bias'])}`" if results["bias"] else "") + "\n")
     failures = [f"- {r['arm']} seed {r['seed']} FAILED: ```{r['error'][-800:]}```" for r in runs if r["status"] != "ok"]
     if failures:
         header += "\n" + "\n".join(failures) + "\n"
-    md = rep.render_markdown(report, strata, recovered, header=header, show_targets=results["scenario"] == "default")
+    md = render.render_markdown(report, strata, recovered, header=header, show_targets=results["scenario"] == "default")
     (out / "table.md").write_text(md)
-    results = {**results, "report": report, "targets": rep.targets(report) if results["scenario"] == "default" else [],
+    results = {**results, "report": report, "targets": tg.check(report) if results["scenario"] == "default" else [],
                "recovery": recovered, "strata": strata}
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
-    rep.plot_cost_vs_reward(report, out / "cost_vs_reward.png")
+    render.plot_cost_vs_reward(report, out / "cost_vs_reward.png")
     metrics = {}
     for row in report["rows"]:
         for k, v in {"train_cost_s": row["train_cost_s"], "final_eval": row["final_eval"]["mean"],

@@ -6,8 +6,11 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 
-from wmrl.benchmark import report as rep
+from wmrl.benchmark import render, stats
+from wmrl.benchmark import targets as tg
+from wmrl.benchmark.format import fmt_ci
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,34 +30,34 @@ WMRL = _run("wmrl", [4, 4, 4, 4], [2] * 4, [1] * 4, {0: 0.4, 2: 0.78, 4: 0.85}, 
 
 
 def test_t_interval_matches_hand_computation_and_needs_two_seeds():
-    ci = rep.t_interval([1.0, 2.0, 3.0])  # sd 1, se 1/sqrt(3), t_0.975,2 = 4.302653
+    ci = stats.t_interval([1.0, 2.0, 3.0])  # sd 1, se 1/sqrt(3), t_0.975,2 = 4.302653
     assert ci["mean"] == pytest.approx(2.0)
     assert ci["hi"] - 2.0 == pytest.approx(4.302653 / math.sqrt(3), rel=1e-5)
     assert ci["lo"] == pytest.approx(2.0 - 4.302653 / math.sqrt(3), rel=1e-5)
-    one = rep.t_interval([0.7])
+    one = stats.t_interval([0.7])
     assert one == {"mean": 0.7, "lo": None, "hi": None, "n": 1}
-    assert rep._fmt_ci(one) == "0.700 [n/a]"
-    assert rep.t_interval([])["mean"] is None
+    assert fmt_ci(one) == "0.700 [n/a]"
+    assert stats.t_interval([])["mean"] is None
 
 
 def test_cumulative_cost_and_time_to_target():
-    cum = rep.cumulative_cost({2: 3.0, 1: 2.0, 3: 5.0})
+    cum = stats.cumulative_cost({2: 3.0, 1: 2.0, 3: 5.0})
     assert cum == {0: 0.0, 1: 2.0, 2: 5.0, 3: 10.0}
     evals = {0: 0.3, 2: 0.5, 3: 0.7}
-    assert rep.time_to_target(evals, cum, 0.6) == 10.0
-    assert rep.time_to_target(evals, cum, 0.5) == 5.0  # "at or above"
-    assert rep.time_to_target(evals, cum, 0.2) == 0.0  # the warm start already reaches it
-    assert rep.time_to_target(evals, cum, 0.8) is None  # not reached
-    assert rep.time_to_target(evals, cum, None) is None
+    assert stats.time_to_target(evals, cum, 0.6) == 10.0
+    assert stats.time_to_target(evals, cum, 0.5) == 5.0  # "at or above"
+    assert stats.time_to_target(evals, cum, 0.2) == 0.0  # the warm start already reaches it
+    assert stats.time_to_target(evals, cum, 0.8) is None  # not reached
+    assert stats.time_to_target(evals, cum, None) is None
 
 
 def test_ratio_refuses_missing_or_zero_baseline():
-    assert rep.ratio(1.0, 4.0) == 0.25
-    assert rep.ratio(1.0, 0.0) is None and rep.ratio(None, 1.0) is None and rep.ratio(1.0, float("nan")) is None
+    assert stats.ratio(1.0, 4.0) == 0.25
+    assert stats.ratio(1.0, 0.0) is None and stats.ratio(None, 1.0) is None and stats.ratio(1.0, float("nan")) is None
 
 
 def test_report_rows_ratios_time_to_target_and_ideal_speedup():
-    r = rep.build_report([SANDBOX, WMRL], ["sandbox_rl", "wmrl"])
+    r = stats.build_report([SANDBOX, WMRL], ["sandbox_rl", "wmrl"])
     assert r["target_reward"] == pytest.approx(0.95 * 0.8)
     base, w = r["rows"]
     assert base["train_cost_s"] == 40 and w["train_cost_s"] == 16
@@ -74,50 +77,49 @@ def test_report_rows_ratios_time_to_target_and_ideal_speedup():
 
 
 def test_targets_pass_and_fail_as_measured():
-    tg = {t["target"].split()[0] + str(i): t["passed"] for i, t in
-          enumerate(rep.targets(rep.build_report([SANDBOX, WMRL], ["sandbox_rl", "wmrl"])))}
-    assert list(tg.values()) == [False, True, False]  # cost 0.4 > 1/4; time to target 5x; realised 0.75 < 0.8
+    passed = [t["passed"] for t in tg.check(stats.build_report([SANDBOX, WMRL], ["sandbox_rl", "wmrl"]))]
+    assert passed == [False, True, False]  # cost 0.4 > 1/4; time to target 5x; realised 0.75 < 0.8
     cheap = _run("wmrl", [2, 2, 2, 2], [1] * 4, [0.5] * 4, {0: 0.4, 2: 0.7, 4: 0.81}, 64, 75.0)
     # cost 8/40 = 0.2 with 0.81 >= 0.8; target (0.76) first met at step 4: 40/8 = 5x; ideal 10/1.5, actual 5: 0.75
-    assert [t["passed"] for t in rep.targets(rep.build_report([SANDBOX, cheap], ["sandbox_rl", "wmrl"]))] == \
+    assert [t["passed"] for t in tg.check(stats.build_report([SANDBOX, cheap], ["sandbox_rl", "wmrl"]))] == \
         [True, True, False]
 
 
 def test_time_to_target_not_reached_is_reported_and_fails():
     slow = _run("wmrl", [2, 2, 2, 2], [1] * 4, [0.5] * 4, {0: 0.4, 2: 0.5, 4: 0.6}, 64, 75.0)
-    r = rep.build_report([SANDBOX, slow], ["sandbox_rl", "wmrl"])
+    r = stats.build_report([SANDBOX, slow], ["sandbox_rl", "wmrl"])
     assert r["rows"][1]["time_to_target_s"] is None and r["rows"][1]["speedup"]["time_to_target"] is None
-    ttt = rep.targets(r)[1]
+    ttt = tg.check(r)[1]
     assert ttt["measured"] == "not reached" and ttt["passed"] is False
-    assert "not reached" in rep.render_markdown(r)
+    assert "not reached" in render.render_markdown(r)
 
 
 def test_interval_overlap_counts_as_at_least_as_high_with_seeds():
     base = [_run("sandbox_rl", [10] * 4, [2] * 4, [1] * 4, {4: v}, 256, 300.0, seed=s) for s, v in enumerate([0.8, 0.9])]
     wm = [_run("wmrl", [2] * 4, [1] * 4, [0.5] * 4, {4: v}, 64, 75.0, seed=s) for s, v in enumerate([0.75, 0.8])]
-    r = rep.build_report(base + wm, ["sandbox_rl", "wmrl"])
+    r = stats.build_report(base + wm, ["sandbox_rl", "wmrl"])
     b = r["rows"][0]["final_eval"]
     assert b["mean"] == pytest.approx(0.85)
     assert b["hi"] - 0.85 == pytest.approx(12.706205 * 0.05, rel=1e-5)  # sd 0.0707, se 0.05, t_0.975,1
-    first = rep.targets(r)[0]
+    first = tg.check(r)[0]
     assert first["passed"] is True  # cost 8/40 = 0.2 and 0.775 < 0.85 but the intervals overlap
 
 
 def test_failed_seed_is_left_out_and_counted():
     failed = {"arm": "wmrl", "seed": 1, "status": "failed", "error": "boom", "history": {}, "summary": {}}
-    r = rep.build_report([SANDBOX, WMRL, failed], ["sandbox_rl", "wmrl"])
+    r = stats.build_report([SANDBOX, WMRL, failed], ["sandbox_rl", "wmrl"])
     assert r["rows"][1]["seeds"] == 1 and r["rows"][1]["failed_seeds"] == [1]
-    assert "1 (1 failed)" in rep.render_markdown(r)
+    assert "1 (1 failed)" in render.render_markdown(r)
 
 
 def test_ablation_order_against_the_paper():
     runs = [_run(a, [1] * 2, [1] * 2, [0] * 2, {2: v}, 1, 1.0) for a, v in
             [("sandbox_rl", 0.5), ("wm_raw", 0.4), ("wmrl_no_debias", 0.45), ("wmrl_no_denoise", 0.5), ("wmrl", 0.6)]]
     arms = ["sandbox_rl", "wm_raw", "wmrl_no_debias", "wmrl_no_denoise", "wmrl"]
-    abl = rep.build_report(runs, arms)["ablation"]
+    abl = stats.build_report(runs, arms)["ablation"]
     assert abl["order"] == ["wmrl", "wmrl_no_denoise", "wmrl_no_debias", "wm_raw"] and abl["matches_paper"]
     runs[1]["history"]["eval/real_reward"] = {2: 0.7}  # wm_raw best
-    abl = rep.build_report(runs, arms)["ablation"]
+    abl = stats.build_report(runs, arms)["ablation"]
     assert abl["order"][0] == "wm_raw" and not abl["matches_paper"]
 
 
@@ -126,7 +128,7 @@ def test_stratum_table_bias_and_spread_per_task_and_class():
              {"task": "wine", "action_class": "forest", "wm_reward": 0.9, "wm_var": 0.03, "real_reward": 0.4},
              {"task": "wine", "action_class": "linear", "wm_reward": 0.5, "wm_var": 0.04, "real_reward": 0.6},
              {"task": "wine", "action_class": "linear", "wm_reward": None, "wm_var": None, "real_reward": 0.6}]
-    rows = rep.stratum_table(pairs)
+    rows = stats.stratum_table(pairs)
     assert [(r["task"], r["action_class"], r["n"]) for r in rows] == [("wine", "forest", 2), ("wine", "linear", 1)]
     assert rows[0]["bias"] == pytest.approx(0.4) and rows[0]["spread"] == pytest.approx(math.sqrt(0.02))
     assert rows[0]["wm_std"] == pytest.approx(math.sqrt(0.02)) and rows[0]["real_mean"] == pytest.approx(0.45)
@@ -136,8 +138,8 @@ def test_stratum_table_bias_and_spread_per_task_and_class():
 def test_recovery_under_correlated_error():
     glob = _run("wmrl_global", [2] * 4, [1] * 4, [0.5] * 4, {4: 0.6}, 64, 75.0)
     strat = _run("wmrl_stratified", [2] * 4, [1] * 4, [0.5] * 4, {4: 0.79}, 64, 75.0)
-    r = rep.build_report([SANDBOX, glob, strat], ["sandbox_rl", "wmrl_global", "wmrl_stratified"])
-    rec = {x["arm"]: x["recovers"] for x in rep.recovery(r, ["wmrl_global", "wmrl_stratified"])}
+    r = stats.build_report([SANDBOX, glob, strat], ["sandbox_rl", "wmrl_global", "wmrl_stratified"])
+    rec = {x["arm"]: x["recovers"] for x in stats.recovery(r, ["wmrl_global", "wmrl_stratified"])}
     assert rec == {"wmrl_global": False, "wmrl_stratified": True}  # target 0.76
 
 
@@ -150,7 +152,7 @@ def _load_speedup():
     return mod
 
 
-def _fake_train(args, log_path):
+def _fake_train(args, log_path, bias):
     """Logs a plausible child run to MLflow, writes summary.json and anchor pairs; wmrl_no_debias crashes."""
     from mlflow.tracking import MlflowClient
 
@@ -215,28 +217,43 @@ def test_benchmark_orchestration_end_to_end_with_a_fake_train(tmp_path):
     assert (out / "table.md").read_text() == table
 
 
-def test_correlated_scenario_arms_inject_the_bias_and_compare_global_with_stratified():
+def test_correlated_scenario_arms_install_the_bias_and_compare_global_with_stratified():
     speedup = _load_speedup()
-    arms = {label: (preset, o) for label, preset, o in speedup.arms_of("correlated", {"forest": 0.3})}
+    arms = {label: (preset, o, b) for label, preset, o, b in speedup.arms_of("correlated", {"forest": 0.3})}
     assert list(arms) == ["sandbox_rl", "wm_raw", "wmrl_global", "wmrl_stratified"]
-    assert "world_model.inject_bias.forest=0.3" in arms["wm_raw"][1]
+    assert arms["sandbox_rl"][2] == {} and all(arms[a][2] == {"forest": 0.3} for a in list(arms)[1:])
     assert "callbacks.debias.stratify_by=[]" in arms["wmrl_global"][1]
     assert "callbacks.debias.stratify_by=[action_class]" in arms["wmrl_stratified"][1]
+    assert speedup.train_command(["x=1"], {})[1].endswith("train.py")
+    assert speedup.train_command(["x=1"], {"forest": 0.3})[1:3] == [str(ROOT / "benchmarks" / "train_biased.py"),
+                                                                  "--bias=forest=0.3"]
     from wmrl.config import load_config
 
     cfg = load_config([f"experiment={arms['wmrl_global'][0]}", *arms["wmrl_global"][1]])
-    assert dict(cfg.world_model.inject_bias) == {"forest": 0.3} and list(cfg.callbacks.debias.stratify_by) == []
+    assert list(cfg.callbacks.debias.stratify_by) == []
+
+
+def test_the_biased_world_model_adds_the_offset_to_its_class_only():
+    from wmrl.world_model import LearnedEnsembleWM, WMQuery
+    from wmrl.world_model.biased import BiasedWorldModel
+
+    inner = LearnedEnsembleWM({"members": 1, "d_model": 16, "layers": 1, "heads": 2}, seed=0)
+    forest = "from sklearn.ensemble import RandomForestClassifier\ndef build():\n    return RandomForestClassifier()\n"
+    linear = "from sklearn.linear_model import LogisticRegression\ndef build():\n    return LogisticRegression()\n"
+    queries = [WMQuery("wine", "task=wine", forest), WMQuery("wine", "task=wine", linear)]
+    raw, biased = inner.predict(queries), BiasedWorldModel(inner, {"forest": 0.3}).predict(queries)
+    assert (biased.reward_mean - raw.reward_mean).tolist() == pytest.approx([0.3, 0.0])
+    assert torch.equal(biased.reward_var, raw.reward_var)
 
 
 def test_config_drift_flags_changed_defaults_but_not_what_defines_an_arm():
     params = {"sandbox_rl-seed0": {"name": "sandbox_rl", "env.mode": "sandbox", "callbacks.debias": "None",
                                    "rl.lr": "0.0002", "logger.run_name": "a", "seed": "0"},
               "wmrl-seed0": {"name": "wmrl", "env.mode": "wm", "callbacks.debias.method": "isotonic",
-                             "rl.lr": "0.0005", "logger.run_name": "b", "seed": "0",
-                             "world_model.inject_bias.dummy": "0.4"}}
-    drift = rep.config_drift(params)
+                             "rl.lr": "0.0005", "logger.run_name": "b", "seed": "0"}}
+    drift = stats.config_drift(params)
     assert drift == {"rl.lr": {"sandbox_rl-seed0": "0.0002", "wmrl-seed0": "0.0005"}}
-    r = rep.build_report([SANDBOX, WMRL], ["sandbox_rl", "wmrl"])
-    assert "WARNING" not in rep.render_markdown(r)
+    r = stats.build_report([SANDBOX, WMRL], ["sandbox_rl", "wmrl"])
+    assert "WARNING" not in render.render_markdown(r)
     r["config_drift"] = drift
-    assert "WARNING" in rep.render_markdown(r) and "`rl.lr`" in rep.render_markdown(r)
+    assert "WARNING" in render.render_markdown(r) and "`rl.lr`" in render.render_markdown(r)

@@ -1,0 +1,103 @@
+"""Rendering of a built benchmark report: the Markdown table and the cost-vs-reward plot."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from wmrl.benchmark import targets as tg_
+from wmrl.benchmark.format import fmt, fmt_ci
+from wmrl.benchmark.stats import FIDELITY
+
+
+def _x(r) -> str:
+    return f" ({fmt(r, 2)}x)" if r is not None else ""
+
+
+def render_markdown(report: dict, strata: Sequence[dict] = (), recovered: Sequence[dict] = (),
+                    header: str = "", show_targets: bool = True) -> str:
+    b = report["baseline"]
+    lines = [header] if header else []
+    drift = report.get("config_drift") or {}
+    versions = sorted(set((report.get("code_versions") or {}).values()))
+    if drift or len(versions) > 1:
+        lines += ["**WARNING: the arms did not run the same configuration or code; they are not comparable.**", ""]
+        lines += [f"- `{k}`: " + ", ".join(f"{r}={v}" for r, v in vals.items()) for k, vals in drift.items()]
+        if len(versions) > 1:
+            lines += ["- code versions: " + ", ".join(f"{r}={v}" for r, v in report["code_versions"].items())]
+        lines.append("")
+    lines += [f"Ratios in parentheses are to `{b}`. Final eval reward: mean [95% t-interval over seeds]. "
+              f"Time to target: training cost until the first evaluation >= {report['target_fraction']:.0%} of "
+              f"`{b}`'s final eval reward ({fmt(report['target_reward'])}).", "",
+              "| arm | seeds | training cost s | real executions | sandbox slot-s | final eval reward | "
+              "time to target s | WM spearman | WM MAE | WM 2σ coverage |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in report["rows"]:
+        q = r["ratio"]
+        seeds = str(r["seeds"]) + (f" ({len(r['failed_seeds'])} failed)" if r["failed_seeds"] else "")
+        ttt = "not reached" if r["time_to_target_s"] is None and r["seeds"] else fmt(r["time_to_target_s"], 1)
+        lines.append(
+            f"| {r['arm']} | {seeds} | {fmt(r['train_cost_s'], 1)}{_x(q['train_cost'])} | "
+            f"{fmt(r['real_executions'], 0)}{_x(q['real_executions'])} | "
+            f"{fmt(r['sandbox_slot_s'], 1)}{_x(q['sandbox_slot_s'])} | "
+            f"{fmt_ci(r['final_eval'])}{_x(q['final_eval'])} | {ttt}{_x(q['time_to_target'])} | "
+            + " | ".join(fmt(r["fidelity"][m]) for m in FIDELITY) + " |")
+    lines += ["", "Speedup over `" + b + "` (training cost). Ideal = its mean step cost / the arm's mean "
+              "(generation + policy update) time per step, i.e. world-model inference, anchors, warm-up and "
+              "world-model training for free; realised = actual / ideal.", "",
+              "| arm | actual speedup | ideal speedup | realised fraction | time-to-target speedup |",
+              "|---|---|---|---|---|"]
+    for r in report["rows"]:
+        if r["arm"] == b:
+            continue
+        s = r["speedup"]
+        lines.append(f"| {r['arm']} | {fmt(s['actual'], 2)} | {fmt(s['ideal'], 2)} | {fmt(s['realised'], 2)} | "
+                     f"{fmt(s['time_to_target'], 2)} |")
+    abl = report["ablation"]
+    if len(abl["order"]) >= 2:
+        lines += ["", f"Ablation order by final eval reward: {' > '.join(abl['order'])} "
+                      f"(paper: {' > '.join(abl['expected'])}; matches: {'yes' if abl['matches_paper'] else 'no'})."]
+    tg = tg_.check(report) if show_targets else []
+    if tg:
+        lines += ["", "| target | measured | result |", "|---|---|---|"]
+        lines += [f"| {t['target']} | {t['measured']} | "
+                  f"{'n/a' if t['passed'] is None else ('PASS' if t['passed'] else 'FAIL')} |" for t in tg]
+    if recovered:
+        lines += ["", "Correlated world-model error: does a world-model arm recover the real-execution quality "
+                      f"(final eval >= {report['target_fraction']:.0%} of `{b}`)?", "",
+                  "| arm | final eval reward | vs baseline | intervals overlap | recovers |", "|---|---|---|---|---|"]
+        for r in recovered:
+            ov = r["overlaps_baseline"]
+            lines.append(f"| {r['arm']} | {fmt_ci(r['final_eval'])} | {fmt(r['ratio'], 2)}x | "
+                         f"{'n/a' if ov is None else ('yes' if ov else 'no')} | {'yes' if r['recovers'] else 'no'} |")
+    if strata:
+        lines += ["", "World model against real execution on anchors, per stratum (bias = mean(WM − real), "
+                      "spread = std(WM − real), WM σ = sqrt(mean predicted variance)):", "",
+                  "| task | action class | anchors | bias | spread | WM σ | real mean |", "|---|---|---|---|---|---|---|"]
+        for s in strata:
+            lines.append(f"| {s['task']} | {s['action_class']} | {s['n']} | {fmt(s['bias'])} | {fmt(s['spread'])} | "
+                         f"{fmt(s['wm_std'])} | {fmt(s['real_mean'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_cost_vs_reward(report: dict, path) -> None:
+    """Eval reward against cumulative training cost, one line per arm (mean over seeds)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for r in report["rows"]:
+        pts = [(r["cost_curve"][s], v) for s, v in r["eval_curve"].items() if s in r["cost_curve"]]
+        if pts:
+            ax.plot(*zip(*pts), marker="o", label=r["arm"])
+    if report["target_reward"] is not None:
+        ax.axhline(report["target_reward"], color="grey", ls="--", lw=1,
+                   label=f"target ({report['target_fraction']:.0%} of {report['baseline']})")
+    ax.set_xlabel("cumulative training cost (s)")
+    ax.set_ylabel("held-out eval reward (real execution)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+

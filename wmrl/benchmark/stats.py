@@ -1,0 +1,230 @@
+"""The statistics of the speedup benchmark, as pure functions on plain data (no MLflow, no training).
+
+A run is a dict: {"arm", "seed", "status": "ok" | "failed", "error", "summary": {...},
+"history": {metric: {step: value}}} with the per-step `time/*`, cumulative `cost/*`,
+`eval/real_reward` (step 0 = warm start) and `wm/*` metrics of one training.
+Training cost of a run = sum of `time/step_s` (warm-up and world-model training included,
+evaluation excluded), as defined in WMRL.md "Cost accounting".
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from typing import Iterable, Sequence
+
+BASELINE = "sandbox_rl"
+
+
+# The paper's ablation: each correction helps, debiasing more than denoising, both best.
+PAPER_ORDER = ("wmrl", "wmrl_no_denoise", "wmrl_no_debias", "wm_raw")
+
+
+FIDELITY = ("wm/spearman", "wm/mae", "wm/coverage_2sigma")
+
+
+TARGET_FRACTION = 0.95  # time to target: first evaluation at or above this share of the baseline's final reward
+
+
+# Keys that define an arm (or name a run); any other resolved config key must be equal across all runs.
+ARM_KEYS = ("name", "seed", "run_dir", "resume", "env.mode", "callbacks.", "logger.")
+
+
+def _finite(x) -> bool:
+    return x is not None and isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def mean(values: Iterable[float]) -> float | None:
+    vals = [float(v) for v in values if _finite(v)]
+    return sum(vals) / len(vals) if vals else None
+
+
+def t_interval(values: Sequence[float], confidence: float = 0.95) -> dict:
+    """Mean and two-sided Student-t interval over seeds; lo/hi are None with fewer than 2 values."""
+    vals = [float(v) for v in values if _finite(v)]
+    n = len(vals)
+    if n == 0:
+        return {"mean": None, "lo": None, "hi": None, "n": 0}
+    m = sum(vals) / n
+    if n < 2:
+        return {"mean": m, "lo": None, "hi": None, "n": n}
+    from scipy.stats import t
+
+    half = float(t.ppf(0.5 + confidence / 2, n - 1)) * statistics.stdev(vals) / math.sqrt(n)
+    return {"mean": m, "lo": m - half, "hi": m + half, "n": n}
+
+
+def intervals_overlap(a: dict, b: dict) -> bool | None:
+    """Whether two t_interval results overlap; None when either has no interval."""
+    if None in (a.get("lo"), a.get("hi"), b.get("lo"), b.get("hi")):
+        return None
+    return a["lo"] <= b["hi"] and b["lo"] <= a["hi"]
+
+
+def ratio(x: float | None, base: float | None) -> float | None:
+    if not _finite(x) or not _finite(base) or base == 0:
+        return None
+    return x / base
+
+
+def cumulative_cost(step_s: dict[int, float]) -> dict[int, float]:
+    """step -> training cost spent up to and including that step; step 0 (before training) costs 0."""
+    out, total = {0: 0.0}, 0.0
+    for step in sorted(step_s):
+        total += step_s[step]
+        out[step] = total
+    return out
+
+
+def time_to_target(evals: dict[int, float], cum_cost: dict[int, float], target: float | None) -> float | None:
+    """Cumulative training cost at the first evaluation whose reward is >= target; None = not reached."""
+    if target is None:
+        return None
+    for step in sorted(evals):
+        if _finite(evals[step]) and evals[step] >= target and step in cum_cost:
+            return cum_cost[step]
+    return None
+
+
+def mean_curve(curves: Sequence[dict[int, float]]) -> dict[int, float]:
+    """Pointwise mean over seeds, on the steps every seed has."""
+    if not curves:
+        return {}
+    steps = set.intersection(*(set(c) for c in curves))
+    return {s: sum(c[s] for c in curves) / len(curves) for s in sorted(steps)}
+
+
+def run_cost(run: dict) -> float | None:
+    step_s = run["history"].get("time/step_s") or {}
+    if step_s:
+        return float(sum(step_s.values()))
+    return run.get("summary", {}).get("cost/train_s")
+
+
+def final_eval(run: dict) -> float | None:
+    evals = run["history"].get("eval/real_reward") or {}
+    if evals:
+        return evals[max(evals)]
+    return run.get("summary", {}).get("eval/real_reward")
+
+
+def per_step_mean(run: dict, metrics: Sequence[str]) -> float | None:
+    """Mean over steps of the sum of the given per-step `time/*` metrics (a missing metric counts 0)."""
+    steps = sorted(run["history"].get("time/step_s") or {})
+    if not steps:
+        return None
+    return sum(sum((run["history"].get(m) or {}).get(s, 0.0) for m in metrics) for s in steps) / len(steps)
+
+
+def ideal_speedup(baseline_step_s: float | None, arm_gen_plus_train_s: float | None) -> float | None:
+    """Speedup if world-model inference, anchors, warm-up executions and WM training cost nothing:
+    the baseline's mean step cost over the arm's mean (generation + policy update) time per step."""
+    return ratio(baseline_step_s, arm_gen_plus_train_s)
+
+
+def arm_row(arm: str, runs: Sequence[dict]) -> dict:
+    """One arm's measurements, aggregated over its successful seeds."""
+    ok = [r for r in runs if r.get("status") == "ok"]
+    finals = [final_eval(r) for r in ok]
+    fidelity = {m: mean(mean((r["history"].get(m) or {}).values()) for r in ok) for m in FIDELITY}
+    curves = [r["history"].get("eval/real_reward") or {} for r in ok]
+    costs = [cumulative_cost(r["history"].get("time/step_s") or {}) for r in ok]
+    return {
+        "arm": arm, "seeds": len(ok), "failed_seeds": [r["seed"] for r in runs if r.get("status") != "ok"],
+        "train_cost_s": mean(run_cost(r) for r in ok),
+        "real_executions": mean(r["summary"].get("cost/real_executions") for r in ok),
+        "sandbox_slot_s": mean(r["summary"].get("cost/sandbox_slot_s") for r in ok),
+        "final_eval": t_interval(finals),
+        "fidelity": fidelity,
+        "step_s": mean(per_step_mean(r, ["time/step_s"]) for r in ok),
+        "gen_plus_train_s": mean(per_step_mean(r, ["time/generation_s", "time/policy_train_s"]) for r in ok),
+        "eval_curve": mean_curve(curves),
+        "cost_curve": mean_curve(costs),
+    }
+
+
+def ablation_order(rows: Sequence[dict], arms: Sequence[str] = PAPER_ORDER) -> dict:
+    """Measured order of the world-model arms by mean final eval reward, and whether it is the paper's."""
+    present = [r for r in rows if r["arm"] in arms and r["final_eval"]["mean"] is not None]
+    order = [r["arm"] for r in sorted(present, key=lambda r: -r["final_eval"]["mean"])]
+    expected = [a for a in arms if a in order]
+    return {"order": order, "expected": expected, "matches_paper": order == expected and len(order) == len(arms)}
+
+
+def build_report(runs: Sequence[dict], arms: Sequence[str], baseline: str = BASELINE, wmrl: str = "wmrl",
+                 target_fraction: float = TARGET_FRACTION) -> dict:
+    """Every number of the tables: rows with ratios to the baseline, time to target, ideal speedup."""
+    by_arm: dict[str, list[dict]] = defaultdict(list)
+    for r in runs:
+        by_arm[r["arm"]].append(r)
+    rows = [arm_row(a, by_arm.get(a, [])) for a in arms]
+    base = next((r for r in rows if r["arm"] == baseline), None)
+    base_final = base["final_eval"]["mean"] if base else None
+    target = target_fraction * base_final if _finite(base_final) else None
+    for row in rows:
+        row["time_to_target_s"] = time_to_target(row["eval_curve"], row["cost_curve"], target)
+    for row in rows:
+        b = base or {}
+        row["ratio"] = {
+            "train_cost": ratio(row["train_cost_s"], b.get("train_cost_s")),
+            "real_executions": ratio(row["real_executions"], b.get("real_executions")),
+            "sandbox_slot_s": ratio(row["sandbox_slot_s"], b.get("sandbox_slot_s")),
+            "final_eval": ratio(row["final_eval"]["mean"], base_final),
+            "time_to_target": ratio(row["time_to_target_s"], b.get("time_to_target_s")),
+            **{m: ratio(row["fidelity"][m], (b.get("fidelity") or {}).get(m)) for m in FIDELITY},
+        }
+        actual = ratio(b.get("train_cost_s"), row["train_cost_s"])  # speedup = baseline cost / arm cost
+        ideal = ideal_speedup(b.get("step_s"), row["gen_plus_train_s"]) if row["arm"] != baseline else None
+        row["speedup"] = {"actual": actual, "ideal": ideal, "realised": ratio(actual, ideal),
+                          "time_to_target": ratio(b.get("time_to_target_s"), row["time_to_target_s"])}
+    return {"baseline": baseline, "wmrl_arm": wmrl, "target_fraction": target_fraction, "target_reward": target,
+            "rows": rows, "ablation": ablation_order(rows)}
+
+
+def recovery(report: dict, wm_arms: Sequence[str]) -> list[dict]:
+    """Correlated-error scenario: which world-model arm recovers the real-execution (baseline) quality."""
+    rows = {r["arm"]: r for r in report["rows"]}
+    b = rows.get(report["baseline"])
+    out = []
+    for arm in wm_arms:
+        r = rows.get(arm)
+        if r is None or b is None:
+            continue
+        f = r["final_eval"]
+        reached = report["target_reward"] is not None and f["mean"] is not None and f["mean"] >= report["target_reward"]
+        out.append({"arm": arm, "final_eval": f, "ratio": r["ratio"]["final_eval"],
+                    "overlaps_baseline": intervals_overlap(f, b["final_eval"]), "recovers": reached})
+    return out
+
+
+def config_drift(params: dict[str, dict[str, str]], arm_keys: Sequence[str] = ARM_KEYS) -> dict[str, dict]:
+    """{key: {run: value}} for every non-arm config key whose value differs between runs (e.g. the code's
+    defaults changed while the benchmark ran): those arms are not comparable."""
+    keys = set().union(*(set(p) for p in params.values())) if params else set()
+    out = {}
+    for key in sorted(keys):
+        if any(key == a or (a.endswith(".") and key.startswith(a)) or key.startswith(a + ".") for a in arm_keys):
+            continue
+        values = {run: p.get(key) for run, p in params.items()}
+        if len(set(values.values())) > 1:
+            out[key] = values
+    return out
+
+
+def stratum_table(pairs: Iterable[dict], keys: Sequence[str] = ("task", "action_class")) -> list[dict]:
+    """World model against real execution per stratum, from anchor pairs (one dict per anchored program
+    with wm_reward and real_reward): n, bias = mean(wm - real), spread = std(wm - real), mean WM std."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for p in pairs:
+        if _finite(p.get("wm_reward")) and _finite(p.get("real_reward")):
+            groups[tuple(p.get(k, "") for k in keys)].append(p)
+    out = []
+    for key in sorted(groups):
+        ps = groups[key]
+        err = [p["wm_reward"] - p["real_reward"] for p in ps]
+        var = [p["wm_var"] for p in ps if _finite(p.get("wm_var"))]
+        out.append({**dict(zip(keys, key)), "n": len(ps), "bias": sum(err) / len(err),
+                    "spread": statistics.stdev(err) if len(err) >= 2 else None,
+                    "wm_std": math.sqrt(max(0.0, sum(var) / len(var))) if var else None,
+                    "real_mean": sum(p["real_reward"] for p in ps) / len(ps)})
+    return out
