@@ -1,21 +1,30 @@
-"""The corrections as Lightning callbacks. Removing one from the config removes it from training."""
+"""Lightning callbacks: the corrections (removing one from the config removes it from training),
+world-model training, step cost accounting and held-out evaluation."""
 from __future__ import annotations
 
 from typing import Any
 
 from lightning.pytorch import Callback
 
+from callbacks.cost import CostCallback
 from callbacks.debias import DebiasCallback
 from callbacks.denoise import DenoiseCallback
+from callbacks.evaluation import EvaluationCallback
+from callbacks.world_model import WorldModelCallback
+from wmrl.corrections import Debiaser
 
-__all__ = ["DebiasCallback", "DenoiseCallback", "correction_callbacks"]
+__all__ = ["CostCallback", "DebiasCallback", "DenoiseCallback", "EvaluationCallback", "WorldModelCallback",
+           "correction_callbacks"]
 
 
-def correction_callbacks(cfg: Any) -> list[Callback]:
-    """The `callbacks` config section as callbacks, in the order they must run: debias, then denoise."""
+def correction_callbacks(cfg: Any) -> tuple[Debiaser | None, list[Callback]]:
+    """The `callbacks` config section as (the debiaser, the correction callbacks in the order they
+    must run: debias, then denoise). The one debiaser is shared by both callbacks and is what the
+    environment uses to correct the score it shows the agent."""
+    debiaser = Debiaser.from_config(cfg.debias) if cfg.debias is not None else None
     out: list[Callback] = []
-    if cfg.debias is not None:
-        out.append(DebiasCallback.from_config(cfg.debias))
+    if debiaser is not None:
+        out.append(DebiasCallback(debiaser))
     if cfg.denoise is not None:
-        out.append(DenoiseCallback.from_config(cfg.denoise))
-    return out
+        out.append(DenoiseCallback.from_config(cfg.denoise, debiaser))
+    return debiaser, out

@@ -1,21 +1,23 @@
 """Online debiasing as a Lightning callback: learn from new anchor pairs, then correct WM rewards."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 from lightning.pytorch import Callback
+from lightning.pytorch.loggers import MLFlowLogger
 
-from wmrl.batch import RolloutBatch
 from wmrl.corrections import Debiaser
+from wmrl.rollout import RolloutBatch
 
 
 class DebiasCallback(Callback):
     """Before the loss of every batch: the Debiaser learns from the batch's anchor pairs, then the
-    training reward of every WM-only trajectory becomes its corrected WM score. Anchored rows
-    keep their real reward. The environment may call `correct` to fix the predicted score it
-    shows the agent (when `correct_observations`).
+    training reward of every WM-only trajectory becomes its corrected WM score, and its
+    `reward_var` the variance of that corrected score. Anchored rows keep their real reward.
+    The same Debiaser is handed to the environment (it corrects the score shown to the agent)
+    and to denoising (it calibrates anchor scores), so all three see one fit.
 
     Logs debias/pairs, debias/bias_global, debias/strata (strata with their own fit) and, on steps
     with anchors, debias/mae_before and debias/mae_after (out of sample: the fit before those
@@ -23,34 +25,12 @@ class DebiasCallback(Callback):
     MLflow as debias/strata_step_N.md when an MLFlowLogger is attached.
     """
 
-    def __init__(self, debiaser: Debiaser, correct_observations: bool = True, table_every: int = 10):
-        self.debiaser, self.correct_observations, self.table_every = debiaser, correct_observations, table_every
+    def __init__(self, debiaser: Debiaser, table_every: int = 10):
+        self.debiaser, self.table_every = debiaser, table_every
         self.batches = 0
 
-    @classmethod
-    def from_config(cls, cfg: Any) -> "DebiasCallback":
-        return cls(Debiaser.from_config(cfg), correct_observations=cfg.correct_observations)
-
-    def stratum_keys(self, strata: dict[str, Sequence[str]], n: int) -> list[tuple] | None:
-        """Row i's stratum: the values of the `stratify_by` keys; None for one global fit."""
-        if not self.debiaser.stratify_by:
-            return None
-        missing = [k for k in self.debiaser.stratify_by if k not in strata]
-        if missing:
-            raise KeyError(f"debias.stratify_by needs strata {missing}; the batch has {sorted(strata)}")
-        return [tuple(strata[k][i] for k in self.debiaser.stratify_by) for i in range(n)]
-
-    def correct(self, wm_rewards: torch.Tensor | Sequence[float], strata: dict[str, Sequence[str]]):
-        """Corrected WM scores; `strata` maps each stratum key to one value per score.
-        Returns a tensor like `wm_rewards` when given one, else a numpy array."""
-        values = wm_rewards.detach().cpu().numpy() if isinstance(wm_rewards, torch.Tensor) else np.asarray(wm_rewards, float)
-        out = self.debiaser.correct(values, self.stratum_keys(strata, len(values)))
-        if isinstance(wm_rewards, torch.Tensor):
-            return torch.as_tensor(out, dtype=wm_rewards.dtype, device=wm_rewards.device)
-        return out
-
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: RolloutBatch, batch_idx: int) -> None:
-        keys = self.stratum_keys(batch.strata, len(batch))
+        keys = self.debiaser.keys_of(batch.strata, len(batch))
         idx, wm, real = batch.anchor_pairs
         before, after = self.debiaser.update(wm.detach().cpu().numpy(), real.detach().cpu().numpy(),
                                              None if keys is None else [keys[i] for i in idx.tolist()])
@@ -66,9 +46,9 @@ class DebiasCallback(Callback):
             if self.debiaser.method == "isotonic":  # an offset is a shift: slope 1
                 slope = self.local_slope(batch.wm_reward[rows].detach().cpu().numpy(),
                                          None if keys is None else [keys[i] for i in rows.tolist()])
-                var = batch.wm_var.clone()
-                var[rows] = var[rows] * torch.as_tensor(slope**2, dtype=var.dtype, device=var.device)
-                batch.wm_var = var
+                var = batch.reward_var.clone()
+                var[rows] = batch.wm_var[rows] * torch.as_tensor(slope**2, dtype=var.dtype, device=var.device)
+                batch.reward_var = var
 
         metrics = {"debias/pairs": float(self.debiaser.pairs), "debias/bias_global": self.debiaser.bias(),
                    "debias/strata": float(sum(fit.n > 0 for fit in self.debiaser.strata.values()))}
@@ -96,11 +76,11 @@ class DebiasCallback(Callback):
                               f"{r['resid_before']:+.4f} | {r['resid_after']:+.4f} |\n" for r in self.debiaser.table())
 
     def save_table(self, trainer: Any) -> None:
-        """Write the per-stratum table to every MLflow-like logger (one with experiment.log_text and run_id)."""
-        for logger in getattr(trainer, "loggers", None) or []:
-            client, run_id = getattr(logger, "experiment", None), getattr(logger, "run_id", None)
-            if run_id is not None and hasattr(client, "log_text"):
-                client.log_text(run_id, self.table_markdown(), f"debias/strata_step_{trainer.global_step}.md")
+        """Write the per-stratum table to every MLflow logger of the trainer."""
+        for logger in trainer.loggers:
+            if isinstance(logger, MLFlowLogger):
+                logger.experiment.log_text(logger.run_id, self.table_markdown(),
+                                           f"debias/strata_step_{trainer.global_step}.md")
 
     def state_dict(self) -> dict:
         return {"debiaser": self.debiaser.state_dict(), "batches": self.batches}

@@ -3,8 +3,8 @@ same callbacks, group advantages and policy loss the trainer uses. The WM's bias
 arm's class (forests overrated by 0.3), so it does not cancel inside a GRPO group."""
 import pytest
 
+from bandit import default_bandit, gradient_variance, train
 from callbacks import correction_callbacks
-from wmrl.bandit import default_bandit, gradient_variance, train
 from wmrl.config import load_config
 
 BANDIT = default_bandit()
@@ -12,7 +12,7 @@ STEPS = 80
 
 
 def corrections(*overrides):
-    return correction_callbacks(load_config(list(overrides)).callbacks)
+    return correction_callbacks(load_config(list(overrides)).callbacks)[1]
 
 
 def test_the_bandit_is_solvable_with_real_rewards_and_the_wm_points_elsewhere():

@@ -1,6 +1,7 @@
 """The correction callbacks on hand-built rollout batches (no language model, no sandbox)."""
 import io
 import math
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -9,7 +10,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from callbacks import DebiasCallback, DenoiseCallback, correction_callbacks
-from wmrl.batch import SOURCE_REAL, SOURCE_WM, RolloutBatch
+from wmrl.rollout import SOURCE_REAL, SOURCE_WM, RolloutBatch
 from wmrl.config import load_config
 from wmrl.corrections import Debiaser
 
@@ -28,7 +29,8 @@ def make_batch(real, wm, wm_var, classes, anchor_groups, group_size=4, valid=Non
         input_ids=torch.zeros(n, 3, dtype=torch.long), attention_mask=torch.ones(n, 3, dtype=torch.long),
         loss_mask=torch.ones(n, 3), old_logprobs=torch.zeros(n, 3), group_ids=group_ids,
         reward=torch.where(is_anchor, real, wm), real_reward=real, wm_reward=wm,
-        wm_var=torch.tensor(wm_var, dtype=torch.float32), source=torch.where(is_anchor, SOURCE_REAL, SOURCE_WM),
+        wm_var=torch.tensor(wm_var, dtype=torch.float32),
+        reward_var=torch.where(is_anchor, 0.0, torch.tensor(wm_var, dtype=torch.float32)), source=torch.where(is_anchor, SOURCE_REAL, SOURCE_WM),
         is_anchor=is_anchor, valid=torch.ones(n, dtype=torch.bool) if valid is None else torch.tensor(valid),
         weight=torch.ones(n), strata={"action_class": list(classes), "task": ["iris"] * n})
 
@@ -99,14 +101,13 @@ def test_debias_learns_from_the_batch_anchor_pairs_before_correcting():
     assert rec.logged["debias/mae_after"] == rec.logged["debias/mae_before"]  # out of sample: nothing learned before
 
 
-def test_debias_correct_for_observations_and_missing_strata():
-    cb = warmed_debias("offset")
-    scores = torch.tensor([0.9, 0.6])
-    out = cb.correct(scores, {"action_class": ["forest", "linear"]})
-    assert isinstance(out, torch.Tensor) and out[0] < 0.9 - 0.25 and abs(out[1] - 0.6) < 0.05
-    assert isinstance(cb.correct([0.9], {"action_class": ["forest"]}), np.ndarray)
+def test_the_callbacks_debiaser_corrects_scores_shown_elsewhere_and_names_missing_strata():
+    debiaser = warmed_debias("offset").debiaser  # what the environment is handed for observations
+    scores = [0.9, 0.6]
+    out = debiaser.correct(scores, debiaser.keys_of({"action_class": ["forest", "linear"]}, 2))
+    assert out[0] < 0.9 - 0.25 and abs(out[1] - 0.6) < 0.05
     with pytest.raises(KeyError, match="action_class"):
-        cb.correct(scores, {"task": ["iris", "iris"]})
+        debiaser.keys_of({"task": ["iris", "iris"]}, 2)
 
 
 def test_denoise_inverse_variance_sets_weights():
@@ -126,7 +127,7 @@ def test_denoise_inverse_variance_sets_weights():
 def test_denoise_anchor_upweight_uses_the_calibrated_residual():
     debias = warmed_debias("offset")
     raw = DenoiseCallback("anchor_upweight", c=1.0, ema=0.5, w_max=10.0)
-    calibrated = DenoiseCallback("anchor_upweight", c=1.0, ema=0.5, w_max=10.0)
+    calibrated = DenoiseCallback("anchor_upweight", c=1.0, ema=0.5, w_max=10.0, debiaser=debias.debiaser)
     for seed in range(3):
         raw.on_train_batch_start(trainer_stub([raw]), Recorder(), biased_batch(seed=10 + seed), 0)
         rec = Recorder()
@@ -150,10 +151,11 @@ def _through_checkpoint(state):
 
 @pytest.mark.parametrize("method", ["offset", "isotonic"])
 def test_callback_state_survives_a_checkpoint_round_trip(method):
-    debias, denoise = warmed_debias(method), DenoiseCallback("anchor_upweight")
+    debias = warmed_debias(method)
+    denoise = DenoiseCallback("anchor_upweight", debiaser=debias.debiaser)
     denoise.on_train_batch_start(trainer_stub([debias, denoise]), Recorder(), biased_batch(seed=20), 0)
     fresh_debias = DebiasCallback(Debiaser(method, ["action_class"], kappa=1.0, min_pairs=4, half_life=float("inf")))
-    fresh_denoise = DenoiseCallback("anchor_upweight")
+    fresh_denoise = DenoiseCallback("anchor_upweight", debiaser=fresh_debias.debiaser)
     fresh_debias.load_state_dict(_through_checkpoint(debias.state_dict()))
     fresh_denoise.load_state_dict(_through_checkpoint(denoise.state_dict()))
     a, b = biased_batch(seed=21), biased_batch(seed=21)
@@ -164,30 +166,29 @@ def test_callback_state_survives_a_checkpoint_round_trip(method):
     assert fresh_denoise.s2 == denoise.s2 and fresh_debias.batches == debias.batches
 
 
-def test_strata_table_goes_to_mlflow_as_an_artifact():
-    class Client:
-        def __init__(self):
-            self.texts = {}
+def test_strata_table_goes_to_mlflow_as_an_artifact(tmp_path):
+    from lightning.pytorch.loggers import MLFlowLogger
 
-        def log_text(self, run_id, text, artifact_file):  # MlflowClient.log_text(run_id, text, artifact_file)
-            self.texts[(run_id, artifact_file)] = text
-
-    logger = SimpleNamespace(experiment=Client(), run_id="r1")
+    logger = MLFlowLogger(experiment_name="t", tracking_uri=f"sqlite:///{tmp_path}/ml.db")
     cb = warmed_debias("offset")
     cb.table_every = 1
     cb.on_train_batch_start(trainer_stub([cb], [logger]), Recorder(), biased_batch(seed=30), 0)
-    text = logger.experiment.texts[("r1", "debias/strata_step_7.md")]
+    local = logger.experiment.download_artifacts(logger.run_id, "debias/strata_step_7.md", str(tmp_path))
+    text = Path(local).read_text()
     assert "| forest |" in text and "| linear |" in text and "| * |" in text
     cb.on_train_batch_start(trainer_stub([cb], []), Recorder(), biased_batch(seed=31), 0)  # no logger: no error
 
 
 def test_from_config_builds_the_configured_callbacks_in_order():
     cfg = load_config(["callbacks.debias.method=offset", "callbacks.denoise.method=anchor_upweight"])
-    debias, denoise = correction_callbacks(cfg.callbacks)
-    assert isinstance(debias, DebiasCallback) and debias.debiaser.method == "offset"
-    assert debias.debiaser.stratify_by == ("action_class",)
+    debiaser, (debias, denoise) = correction_callbacks(cfg.callbacks)
+    assert isinstance(debias, DebiasCallback) and debias.debiaser is debiaser and debiaser.method == "offset"
+    assert debiaser.stratify_by == ("action_class",)
     assert isinstance(denoise, DenoiseCallback) and denoise.method == "anchor_upweight"
-    assert correction_callbacks(load_config(["experiment=wm_raw"]).callbacks) == []
+    assert denoise.debiaser is debiaser  # shared by construction: denoising calibrates with the same fit
+    assert correction_callbacks(load_config(["experiment=wm_raw"]).callbacks) == (None, [])
+    debiaser, (denoise,) = correction_callbacks(load_config(["experiment=wmrl_no_debias"]).callbacks)
+    assert debiaser is None and denoise.debiaser is None
 
 
 def test_callbacks_inside_a_real_lightning_trainer(tmp_path):
@@ -224,9 +225,8 @@ def test_callbacks_inside_a_real_lightning_trainer(tmp_path):
     ckpt = torch.load(tmp_path / "last.ckpt", weights_only=True)
     restored = DebiasCallback(Debiaser("isotonic", ["action_class"], min_pairs=4))
     restored.load_state_dict(ckpt["callbacks"][debias.state_key])
-    probe = torch.tensor([0.4, 0.9])
-    strata = {"action_class": ["forest", "linear"]}
-    assert torch.equal(restored.correct(probe, strata), debias.correct(probe, strata))
+    probe, keys = [0.4, 0.9], [("forest",), ("linear",)]
+    assert np.array_equal(restored.debiaser.correct(probe, keys), debias.debiaser.correct(probe, keys))
     assert not math.isnan(float(trainer.callback_metrics["debias/bias_global"]))
 
 
@@ -240,9 +240,10 @@ def test_debias_passes_the_variance_through_the_map():
     batch = make_batch(real, wm, [0.01] * 40, ["linear"] * 40, anchor_groups=set())
     cb.on_train_batch_start(trainer_stub([cb]), Recorder(), batch, 1)
     inner = (wm > 0.36) & (wm < 0.54)  # away from the ends of the fitted range, where the map is clipped
-    assert np.allclose(batch.wm_var.numpy()[inner], 0.04, rtol=0.35)
+    assert np.allclose(batch.reward_var.numpy()[inner], 0.04, rtol=0.35)
+    assert torch.allclose(batch.wm_var, torch.full((40,), 0.01))  # the world model's own variance is kept apart
     offset = DebiasCallback(Debiaser("offset", stratify_by=[], half_life=8.0))
     batch = biased_batch()
-    before = batch.wm_var.clone()
+    before = batch.reward_var.clone()
     offset.on_train_batch_start(trainer_stub([offset]), Recorder(), batch, 0)
-    assert torch.allclose(batch.wm_var, before)  # a shift has slope 1
+    assert torch.allclose(batch.reward_var, before)  # a shift has slope 1

@@ -1,27 +1,17 @@
 """How trajectories become a RolloutBatch: rewards, sources, and the strata the corrections learn on."""
 import math
-from types import SimpleNamespace
-
 import torch
 
-from datamodules.rollout import Rollout, Trajectory
-from wmrl.batch import SOURCE_REAL, SOURCE_WM
-from wmrl.env import Judgement
 from wmrl.outcome import Outcome, Status
-
-
-def _rollout() -> Rollout:
-    r = Rollout.__new__(Rollout)
-    r.tok, r.max_length = SimpleNamespace(pad_token_id=0), 64
-    return r
+from wmrl.rollout import SOURCE_REAL, SOURCE_WM, Judgement, Trajectory, Turn, make_batch
 
 
 def _traj(group, executed, scored, real_status=None, real_reward=math.nan, wm_reward=math.nan, wm_status=""):
     real = Outcome("wine", real_status, reward=real_reward, pos=0.5 if real_status is Status.VALID else None) \
         if real_status else None
     j = Judgement(real=real, wm_reward=wm_reward, wm_var=0.01 if scored else math.nan, wm_status=wm_status)
-    return Trajectory("wine", group, [5, 6, 7], [0, 1, 1], [0.0, -1.0, -2.0], programs=["p"], classes=["forest"],
-                      judgements=[j], executed=executed, scored=scored)
+    return Trajectory("wine", group, [5, 6, 7], [0, 1, 1], [0.0, -1.0, -2.0], turns=[Turn("p", "forest", j)],
+                      executed=executed, scored=scored)
 
 
 def test_anchors_are_filed_under_the_world_models_view_and_train_on_real_rewards():
@@ -32,7 +22,7 @@ def test_anchors_are_filed_under_the_world_models_view_and_train_on_real_rewards
         _traj(2, executed=True, scored=False, real_status=Status.VALID, real_reward=0.75),  # real only
         _traj(3, executed=True, scored=False, real_status=Status.INFRA_ERROR, real_reward=math.nan),
     ]
-    b = _rollout()._batch(trajs)
+    b = make_batch(trajs, pad_id=0, max_length=64)
     assert b.strata["status"][:3] == ["valid", "valid", "valid"]  # the anchor sits where WM-only rows sit
     assert b.reward.tolist()[:3] == [torch.tensor(0.1).item(), torch.tensor(0.7).item(), 0.75]
     assert b.source.tolist() == [SOURCE_REAL, SOURCE_WM, SOURCE_REAL, SOURCE_REAL]

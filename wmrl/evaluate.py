@@ -5,21 +5,24 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
+from wmrl.rollout import Rollout
+
 
 class Evaluator:
-    def __init__(self, rollout, eval_tasks: list, eval_cfg, samples_to_keep: int = 16):
+    def __init__(self, rollout: Rollout, eval_tasks: list, eval_cfg, samples_to_keep: int = 16):
         self.rollout, self.tasks, self.cfg, self.keep = rollout, eval_tasks, eval_cfg, samples_to_keep
 
-    def run(self, step: int) -> tuple[dict, list]:
-        batch = self.rollout.collect(step, self.tasks, self.cfg.samples_per_task, split=self.cfg.split, route=False,
-                                     temperature=self.cfg.temperature, purpose="eval", sample_step=0)
+    def run(self, step: int) -> tuple[dict, list[dict]]:
+        """(metrics, sample trajectories as plain dicts) of one evaluation after `step` RL steps."""
+        batch = self.rollout.collect_eval(step, self.tasks, self.cfg.samples_per_task, self.cfg.split,
+                                          self.cfg.temperature)
         per_task: dict[str, list[float]] = defaultdict(list)
         statuses = []
         for i, rec in enumerate(batch.records):
             if not bool(batch.valid[i]):
                 continue
-            per_task[rec["task"]].append(float(batch.real_reward[i]))
-            statuses += [t["real"]["status"] for t in rec["turns"]]
+            per_task[rec.task].append(float(batch.real_reward[i]))
+            statuses += [t.judgement.real.status.value for t in rec.turns]
         task_means = {t: sum(v) / len(v) for t, v in per_task.items()}
         metrics = {
             "eval/real_reward": sum(task_means.values()) / len(task_means) if task_means else math.nan,
@@ -28,4 +31,4 @@ class Evaluator:
             "eval/executions": float(batch.stats["cost/real_executions"]),
             **{f"eval/task/{t}": m for t, m in task_means.items()},
         }
-        return metrics, batch.records[: self.keep]
+        return metrics, [r.to_dict() for r in batch.records[: self.keep]]

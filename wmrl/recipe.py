@@ -1,23 +1,25 @@
-"""The training recipe, top to bottom: config -> run directory -> tasks, sandbox, policy, world model,
-callbacks -> Lightning fit -> MLflow. `python train.py` calls `train(cfg)`."""
+"""The training recipe, top to bottom: config -> run directory -> tasks, sandbox, policy, world model
+-> the step's path (rollout, corrections, update, world-model training) -> Lightning fit -> MLflow.
+This is the one place config becomes objects; `python train.py` calls `train(cfg)`."""
 from __future__ import annotations
 
 import json
 import os
 import random
 import time
+import warnings
 from pathlib import Path
+from typing import Callable
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-import warnings
 
 import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from wmrl.outcome import Outcome, Status, render_observation
+from wmrl.world_model import WorldModel
 
 
 def tokenizer_corpus(tasks: list, seed: int, n_programs: int = 3000) -> list[str]:
@@ -81,27 +83,6 @@ def run_directory(cfg: DictConfig) -> tuple[Path, str | None]:
     return path, None
 
 
-def wm_examples_from(suite):
-    """batch -> [(WMQuery, Outcome)] for every program of the batch that was executed for real."""
-    from wmrl.world_model import WMQuery
-
-    def examples(batch):
-        out = []
-        for rec in batch.records:
-            if not rec["executed"]:
-                continue
-            task = suite.get(rec["task"])
-            history = ""
-            for turn in rec["turns"]:
-                o = Outcome.from_dict(turn["real"])
-                if o.status is not Status.INFRA_ERROR:
-                    out.append((WMQuery(task.name, task.descriptor(), turn["program"], history, task.metric), o))
-                history = (history + "\n" + turn["observation"]).strip()
-        return out
-
-    return examples
-
-
 def _quiet() -> None:
     """Silence warnings that are expected by design here, so that real ones stand out."""
     for msg in (".*ModelCheckpoint with manual optimization.*", ".*IterableDataset. has .__len__. defined.*",
@@ -110,17 +91,19 @@ def _quiet() -> None:
         warnings.filterwarnings("ignore", message=msg)
 
 
-def train(cfg: DictConfig) -> dict:
+def train(cfg: DictConfig, wrap_world_model: Callable[[WorldModel], WorldModel] | None = None) -> dict:
+    """`wrap_world_model`: a scenario installed around the world model (benchmarks: a biased one)."""
     from lightning.pytorch.callbacks import ModelCheckpoint
     from lightning.pytorch.loggers import MLFlowLogger
 
-    from callbacks import correction_callbacks
-    from datamodules.rollout import Rollout, RolloutDataModule
+    from callbacks import CostCallback, EvaluationCallback, WorldModelCallback, correction_callbacks
+    from datamodules.rollout import RolloutDataModule
     from wmrl.env import Environment
     from wmrl.evaluate import Evaluator
-    from wmrl.generation import make_generator
+    from wmrl.generation import WeightSync, make_generator
     from wmrl.module import WMRLModule
-    from wmrl.sandbox import make_sandbox
+    from wmrl.rollout import Rollout, Sampling
+    from wmrl.sandbox import make_sandbox, rewind
     from wmrl.tasks import load_suite
 
     # Oversubscribed cores make torch's OpenMP threads spin: on 2 cores with a busy sandbox, 2 threads
@@ -132,55 +115,63 @@ def train(cfg: DictConfig) -> dict:
     OmegaConf.save(cfg, run_dir / ("config.yaml" if ckpt_path is None else "config.resumed.yaml"))
     cache_dir = Path(cfg.task.cache_dir).expanduser()
 
+    # tasks, policy, sandbox, world model
     suite = load_suite(cfg.task)
     train_tasks, eval_tasks = suite.train_tasks(), suite.eval_tasks()
     for task in train_tasks + eval_tasks:  # build missing leaderboards now, not inside a sandbox slot mid-step
         task.leaderboard()
     policy, tok, chat, warm = build_policy_and_tokenizer(cfg, train_tasks, cache_dir, cfg.trainer.progress_bar)
-
     sandbox = make_sandbox(cfg.sandbox, log_path=run_dir / "executions.sqlite")
     world_model = None
     if cfg.env.mode == "wm":
         from wmrl.world_model import make_world_model
 
-        world_model = make_world_model(cfg.world_model)
-    callbacks = correction_callbacks(cfg.callbacks)
-    debias = next((c for c in callbacks if hasattr(c, "correct")), None)
-    correct_obs = debias.correct if debias is not None and cfg.callbacks.debias.correct_observations else None
-    env = Environment(sandbox, world_model, cfg.env, suite, observation_correction=correct_obs,
-                      bias=cfg.world_model.inject_bias)
-    generator = make_generator(cfg.generation, policy, tok, chat.eos_ids)
-    rollout = Rollout(tok, chat, generator, env, suite, cfg.rollout, cfg.generation, cfg.policy.max_length, cfg.seed)
-    evaluator = Evaluator(rollout, eval_tasks, cfg.eval, cfg.logger.samples_per_eval)
-    module = WMRLModule(cfg, policy, world_model, evaluator, wm_examples_from(suite) if world_model else None,
-                        anchor_log=run_dir / "anchor_pairs.jsonl")
-    data = RolloutDataModule(rollout, train_tasks, cfg.rollout.groups_per_step, cfg.rollout.group_size, cfg.rl.steps, cfg.seed,
-                             async_anchors=cfg.env.mode == "wm" and cfg.env.async_anchors)
-    data.attach(module)
+        world_model = make_world_model(cfg.world_model, seed=cfg.seed)
+        if wrap_world_model is not None:
+            world_model = wrap_world_model(world_model)
 
+    # the step's path: rollout (environment, generator) -> corrections -> policy update -> world model
+    debiaser, callbacks = correction_callbacks(cfg.callbacks)
+    shown_correction = debiaser if debiaser is not None and cfg.callbacks.debias.correct_observations else None
+    env = Environment(sandbox, world_model, cfg.env, suite, correction=shown_correction)
+    generator = make_generator(cfg.generation, policy, tok, chat.eos_ids)
+    sync = WeightSync(generator, policy)
+    sampling = Sampling(cfg.generation.temperature, cfg.generation.top_p, cfg.generation.max_new_tokens)
+    rollout = Rollout(tok, chat, generator, env, suite, cfg.rollout.turns, sampling, cfg.policy.max_length, cfg.seed)
+    data = RolloutDataModule(rollout, sync, train_tasks, cfg.rollout.groups_per_step, cfg.rollout.group_size,
+                             cfg.rl.steps, cfg.seed, async_anchors=cfg.env.mode == "wm" and cfg.env.async_anchors)
+    module = WMRLModule(policy, cfg.rl, cfg.generation.temperature, cfg.seed,
+                        max_completion_tokens=cfg.generation.max_new_tokens * cfg.rollout.turns)
+    if world_model is not None:
+        callbacks.append(WorldModelCallback(world_model, suite, anchor_log=run_dir / "anchor_pairs.jsonl"))
+    cost = CostCallback()
+    evaluation = EvaluationCallback(Evaluator(rollout, eval_tasks, cfg.eval, cfg.logger.samples_per_eval), sync,
+                                    cfg.eval.every_n_steps, cfg.rl.steps, at_start=cfg.eval.at_start)
+    checkpoint = ModelCheckpoint(dirpath=run_dir / "checkpoints", save_last=True, save_top_k=0,
+                                 every_n_train_steps=cfg.rl.updates_per_batch)
+
+    # tracking: a resumed run continues its MLflow run, and its execution log is rewound to the checkpoint
+    run_id_file = run_dir / "mlflow_run_id"
     run_id = None
     if ckpt_path is not None:
-        from wmrl.sandbox import rewind
-
+        run_id = run_id_file.read_text().strip()
         state = torch.load(ckpt_path, map_location="cpu", weights_only=False)["wmrl"]
-        run_id = state["mlflow_run_id"]
         rewind(run_dir / "executions.sqlite", state["rl_step"])
     logger = MLFlowLogger(experiment_name=cfg.logger.experiment_name, tracking_uri=cfg.logger.tracking_uri,
                           run_name=cfg.logger.run_name or run_dir.name, run_id=run_id, log_model=False,
                           tags={"mlflow.parentRunId": cfg.logger.parent_run_id} if cfg.logger.parent_run_id else None)
     if run_id is None:
-        flat = {k: v for k, v in _flatten(OmegaConf.to_container(cfg, resolve=True)).items()}
-        logger.log_hyperparams(flat)
+        run_id_file.write_text(logger.run_id)
+        logger.log_hyperparams(_flatten(OmegaConf.to_container(cfg, resolve=True)))
         logger.experiment.log_text(logger.run_id, OmegaConf.to_yaml(cfg), "config.yaml")
         logger.experiment.set_tag(logger.run_id, "run_dir", str(run_dir.resolve()))
         logger.experiment.set_tag(logger.run_id, "warm_start", json.dumps(warm))
-    checkpoint = ModelCheckpoint(dirpath=run_dir / "checkpoints", save_last=True, save_top_k=0,
-                                 every_n_train_steps=cfg.rl.updates_per_batch)
+
     trainer = L.Trainer(
-        max_epochs=1, logger=logger, callbacks=[*callbacks, checkpoint], accelerator=cfg.trainer.accelerator,
-        devices=_devices(cfg.trainer.devices), strategy=cfg.trainer.strategy, precision=cfg.trainer.precision,
-        enable_progress_bar=cfg.trainer.progress_bar, enable_model_summary=False, log_every_n_steps=1,
-        num_sanity_val_steps=0, limit_val_batches=0,
+        max_epochs=1, logger=logger, callbacks=[*callbacks, cost, evaluation, checkpoint],
+        accelerator=cfg.trainer.accelerator, devices=_devices(cfg.trainer.devices), strategy=cfg.trainer.strategy,
+        precision=cfg.trainer.precision, enable_progress_bar=cfg.trainer.progress_bar, enable_model_summary=False,
+        log_every_n_steps=1, num_sanity_val_steps=0, limit_val_batches=0,
     )
     try:
         trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
@@ -190,7 +181,7 @@ def train(cfg: DictConfig) -> dict:
     if final.exists():
         logger.experiment.log_artifact(logger.run_id, str(final), "checkpoints")
     summary = {"run_dir": str(run_dir), "mlflow_run_id": logger.run_id, "steps": module.rl_step,
-               "eval/real_reward": module.last_eval, **module.totals}
+               "eval/real_reward": evaluation.last, **cost.totals}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
 

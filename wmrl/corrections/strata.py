@@ -11,7 +11,7 @@ which for the offset method is exactly b̂_s = (n_s·b̄_s + κ·b̂)/(n_s + κ)
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -51,6 +51,15 @@ class Debiaser:
         if self.method == "isotonic":
             return IsotonicMap(min_pairs, self.refit_every, self.buffer_size)
         return OffsetRectifier(self.half_life)
+
+    def keys_of(self, strata: Mapping[str, Sequence[str]], n: int) -> list[Key] | None:
+        """Each of n rows' stratum, from per-row columns such as a batch's `strata`; None for one global fit."""
+        if not self.stratify_by:
+            return None
+        missing = [k for k in self.stratify_by if k not in strata]
+        if missing:
+            raise KeyError(f"debias.stratify_by needs strata {missing}; the batch has {sorted(strata)}")
+        return [tuple(strata[k][i] for k in self.stratify_by) for i in range(n)]
 
     def _keys(self, strata_keys: Sequence[Key] | None, n: int) -> list[Key]:
         if not self.stratify_by or strata_keys is None:

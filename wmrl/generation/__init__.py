@@ -1,7 +1,7 @@
 """Generators: how the policy's completions are sampled (HF `generate` on CPU/GPU, vLLM on GPU)."""
 from __future__ import annotations
 
-from wmrl.generation.base import Completion, Generator
+from wmrl.generation.base import Completion, Generator, WeightSync
 
 
 def make_generator(gen_cfg, model, tokenizer, eos_ids: list[int]) -> Generator:
@@ -16,4 +16,4 @@ def make_generator(gen_cfg, model, tokenizer, eos_ids: list[int]) -> Generator:
     raise ValueError(f"generation.backend must be hf or vllm, got {gen_cfg.backend!r}")
 
 
-__all__ = ["Completion", "Generator", "make_generator"]
+__all__ = ["Completion", "Generator", "WeightSync", "make_generator"]

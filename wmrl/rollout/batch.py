@@ -1,15 +1,19 @@
-"""The training batch that flows from the rollout DataModule through the callbacks into the module.
+"""The training batch that flows from the rollout DataModule through the callbacks into the module,
+and `make_batch`, which builds one from played trajectories.
 
 One row per trajectory. Callbacks run in `on_train_batch_start`, in order, and may rewrite
-`reward` (debiasing) and `weight` (denoising); the module then computes group advantages
-from `reward` and `weight`.
+`reward` and `reward_var` (debiasing) and `weight` (denoising); the module then computes group
+advantages from `reward` and `weight`.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
-from typing import Any
 
 import torch
+
+from wmrl.outcome import Status
+from wmrl.rollout.types import Trajectory, TrajectoryRecord
 
 SOURCE_REAL = 0  # reward came from a real execution (sandbox mode, warm-up, or an anchor group)
 SOURCE_WM = 1  # reward came from the world model only
@@ -26,14 +30,17 @@ class RolloutBatch:
     reward: torch.Tensor  # [N] float; reward used for training (callbacks may correct it)
     real_reward: torch.Tensor  # [N] float; executed reward, NaN where not executed
     wm_reward: torch.Tensor  # [N] float; world-model reward mean, NaN where not scored
-    wm_var: torch.Tensor  # [N] float; world-model reward variance, NaN where not scored
+    wm_var: torch.Tensor  # [N] float; the world model's own reward variance, NaN where not scored
+    reward_var: torch.Tensor  # [N] float; variance of `reward` as an estimate of the real reward:
+    #   0 where executed, the WM's variance on WM-only rows until debiasing replaces it by the corrected one
     source: torch.Tensor  # [N] long; SOURCE_REAL or SOURCE_WM
     is_anchor: torch.Tensor  # [N] bool; executed for real AND scored by the world model
     valid: torch.Tensor  # [N] bool; False for trajectories dropped from the loss (infra_error groups)
     weight: torch.Tensor  # [N] float; per-trajectory loss weight (denoising), 1 by default
     strata: dict[str, list[str]] = field(default_factory=dict)  # e.g. task, action_class, status -> [N]
-    ref_logprobs: torch.Tensor | None = None  # [N, T] under the frozen reference, when rl.kl_beta > 0
-    records: list[Any] = field(default_factory=list)  # per-trajectory records for logging (not tensors)
+    records: list[TrajectoryRecord] = field(default_factory=list)  # per-trajectory, token-free
+    step: int = 0  # the training step (0-based) the batch was collected for
+    collected_at: float = 0.0  # time.perf_counter() when collection ended (step cost accounting)
     stats: dict[str, float] = field(default_factory=dict)  # rollout-side measurements (times, counts)
 
     def __len__(self) -> int:
@@ -57,3 +64,51 @@ class RolloutBatch:
         ok = self.is_anchor & self.valid & ~torch.isnan(self.real_reward) & ~torch.isnan(self.wm_reward)
         idx = torch.nonzero(ok).flatten()
         return idx, self.wm_reward[idx], self.real_reward[idx]
+
+
+def make_batch(trajs: list[Trajectory], pad_id: int, max_length: int) -> RolloutBatch:
+    """Right-padded tensors of played trajectories. A trajectory's reward is the max over its turns
+    (real when executed, else the world model's); a group with any infra_error is dropped (valid =
+    False). Strata of a world-model-scored row come from the world model's side (its best turn's
+    class and predicted status), so anchors are filed where the WM-only rows their fit corrects are."""
+    n, width = len(trajs), min(max_length, max(len(t.ids) for t in trajs))
+    ids = torch.full((n, width), pad_id, dtype=torch.long)
+    attn = torch.zeros((n, width), dtype=torch.long)
+    mask = torch.zeros((n, width))
+    old = torch.zeros((n, width))
+    real, wm, var = torch.full((n,), math.nan), torch.full((n,), math.nan), torch.full((n,), math.nan)
+    strata: dict[str, list[str]] = {"task": [], "action_class": [], "status": []}
+    bad_groups = {t.group for t in trajs if t.executed
+                  and any(turn.judgement.real.status is Status.INFRA_ERROR for turn in t.turns)}
+    for i, t in enumerate(trajs):
+        length = min(width, len(t.ids))
+        ids[i, :length] = torch.tensor(t.ids[:length])
+        attn[i, :length] = 1
+        mask[i, :length] = torch.tensor(t.loss_mask[:length])
+        old[i, :length] = torch.tensor(t.logprobs[:length])
+        judgements = [turn.judgement for turn in t.turns]
+        if t.executed and t.group not in bad_groups:
+            real[i] = max(j.real.reward for j in judgements)
+        if t.scored:
+            b = max(range(len(judgements)), key=lambda k: judgements[k].wm_reward)
+            wm[i], var[i] = judgements[b].wm_reward, judgements[b].wm_var
+            strata["action_class"].append(t.turns[b].action_class)
+            strata["status"].append(judgements[b].wm_status)
+        else:
+            best = t.best_turn() if t.group not in bad_groups else 0
+            real_best = judgements[best].real
+            strata["action_class"].append(t.turns[best].action_class)
+            strata["status"].append(real_best.status.value if real_best is not None else "")
+        strata["task"].append(t.task)
+    executed = torch.tensor([t.executed for t in trajs])
+    scored = torch.tensor([t.scored for t in trajs])
+    valid = torch.tensor([t.group not in bad_groups for t in trajs])
+    reward = torch.where(valid, torch.where(executed, real, wm), torch.zeros(n))
+    return RolloutBatch(
+        input_ids=ids, attention_mask=attn, loss_mask=mask, old_logprobs=old,
+        group_ids=torch.tensor([t.group for t in trajs]), reward=reward, real_reward=real, wm_reward=wm, wm_var=var,
+        reward_var=torch.where(executed, torch.zeros(n), var),
+        source=torch.where(executed, SOURCE_REAL, SOURCE_WM), is_anchor=executed & scored, valid=valid,
+        weight=torch.ones(n), strata=strata, records=[t.record() for t in trajs],
+        stats={"rollout/dropped_groups": len(bad_groups)},
+    )

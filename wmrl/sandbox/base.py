@@ -44,11 +44,8 @@ class Sandbox(Protocol):
 
 def make_sandbox(sandbox_cfg: Any, log_path: str | None = None) -> Sandbox:
     """The backend named by `sandbox.backend`, built from the `sandbox` config section."""
-    backend = getattr(sandbox_cfg, "backend", "local")
-    if backend == "local":
+    if sandbox_cfg.backend == "local":
         from wmrl.sandbox.local import LocalSandbox
 
         return LocalSandbox(sandbox_cfg, log_path=log_path)
-    if backend == "ray":
-        raise NotImplementedError("sandbox.backend=ray is not implemented yet; use sandbox.backend=local")
-    raise ValueError(f"unknown sandbox.backend={backend!r}; valid: local, ray")
+    raise ValueError(f"unknown sandbox.backend={sandbox_cfg.backend!r}; valid: local")

@@ -7,7 +7,6 @@ confidence, `pos_mean/pos_std` from its quality bucket, and may leave `update` a
 """
 from __future__ import annotations
 
-import ast
 import math
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence, runtime_checkable
@@ -15,6 +14,7 @@ from typing import Protocol, Sequence, runtime_checkable
 import torch
 
 from wmrl.outcome import LADDER, PREDICTED_STATUSES, Outcome, Status, render_observation
+from wmrl.sandbox.program import precheck  # noqa: F401  the sandbox's own rule: the world model and the sandbox agree exactly
 
 N_STATUS = len(PREDICTED_STATUSES)
 VALID_INDEX = PREDICTED_STATUSES.index(Status.VALID)
@@ -31,26 +31,6 @@ class WMQuery:
     program: str
     history: str = ""  # earlier turns' observations
     metric: str = ""  # metric name shown in the predicted observation
-
-
-try:  # the sandbox's own rule, so the world model and the real sandbox agree exactly
-    from wmrl.sandbox.program import precheck
-except ImportError:  # a sandbox-less install: the same rule, locally
-    def precheck(source: str) -> tuple[Status | None, str]:
-        """Deterministic check before any model: malformed / syntax_error, or None when it may run."""
-        return _local_precheck(source)
-
-
-def _local_precheck(source: str) -> tuple[Status | None, str]:
-    if not source or not source.strip():
-        return Status.MALFORMED, "empty program"
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError) as e:  # ValueError: null bytes
-        return Status.SYNTAX_ERROR, f"{type(e).__name__}: {e}"
-    if not any(isinstance(n, ast.FunctionDef) and n.name == "build" for n in tree.body):
-        return Status.MALFORMED, "no top-level `def build`"
-    return None, ""
 
 
 def reward_moments(status_probs: torch.Tensor, pos_mean: torch.Tensor, pos_var: torch.Tensor
@@ -115,10 +95,7 @@ class WMPrediction:
             o = self.outcome(i)
             if metric_names is not None and metric_names[i]:
                 o.metric = metric_names[i]
-            text = render_observation(o, turn=turn)
-            if o.status is Status.VALID and o.value is None and o.pos is not None:
-                text += f"; leaderboard position = {o.pos:.2f}"  # metric scale unknown for this task yet
-            obs.append(text)
+            obs.append(render_observation(o, turn=turn))
         return obs
 
     def to_dict(self) -> dict:
@@ -133,6 +110,9 @@ class WorldModel(Protocol):
     def predict(self, queries: list[WMQuery]) -> WMPrediction: ...
 
     def update(self, examples: list[tuple[WMQuery, Outcome]]) -> dict[str, float]: ...
+
+    def value_at(self, task: str, pos: float) -> float:
+        """The task metric's value at a leaderboard position (NaN when unknown for this task)."""
 
     def state_dict(self) -> dict: ...
 

@@ -10,7 +10,7 @@ import contextlib
 import math
 import time
 from collections import OrderedDict, deque
-from dataclasses import asdict, fields, is_dataclass
+from dataclasses import asdict, fields
 from typing import Any
 
 import numpy as np
@@ -32,24 +32,18 @@ VALUE_POINTS = 256  # (pos, value) pairs kept per task to turn a predicted pos i
 MEMORY_VAR = 1e-4  # reward variance of a remembered outcome: executions are seeded, only timing varies
 
 
-def wm_config_dict(cfg: Any = None) -> dict:
-    """WorldModelConfig defaults overridden by `cfg` (dataclass, DictConfig or mapping)."""
-    out = {f.name: getattr(WorldModelConfig(), f.name) for f in fields(WorldModelConfig)}
-    if cfg is None:
-        return out
-    if is_dataclass(cfg):
-        given = asdict(cfg)
-    else:
-        try:
-            from omegaconf import DictConfig, OmegaConf
-            given = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
-        except ImportError:
-            given = dict(cfg)
-    unknown = set(given) - set(out)
+def world_model_config(cfg: Any = None) -> WorldModelConfig:
+    """The `world_model` config section as its schema dataclass: from a DictConfig, a mapping of
+    some keys (the rest keep the schema's defaults) or None (all defaults). Unknown keys are an error."""
+    if isinstance(cfg, WorldModelConfig):
+        return cfg
+    from omegaconf import OmegaConf
+
+    given = {} if cfg is None else (OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else dict(cfg))
+    unknown = set(given) - {f.name for f in fields(WorldModelConfig)}
     if unknown:
-        raise ValueError(f"unknown world_model keys {sorted(unknown)}; valid: {sorted(out)}")
-    out.update(given)
-    return out
+        raise ValueError(f"unknown world_model keys {sorted(unknown)}; valid: {sorted(f.name for f in fields(WorldModelConfig))}")
+    return WorldModelConfig(**given)
 
 
 @contextlib.contextmanager
@@ -82,7 +76,7 @@ class LearnedEnsembleWM:
     kind = "ensemble"
 
     def __init__(self, cfg: Any = None, seed: int = 0, tokenizer_json: str | None = None):
-        self.cfg = wm_config_dict(cfg)
+        self.cfg = asdict(world_model_config(cfg))
         c = self.cfg
         if c["members"] < 1:
             raise ValueError("world_model.members must be >= 1")
@@ -91,9 +85,10 @@ class LearnedEnsembleWM:
         self.tokenizer.no_truncation()
         self.tokenizer.no_padding()
         self.pad_id = self.tokenizer.token_to_id(PAD)
-        torch.manual_seed(seed)
-        self.model = EnsembleEncoder(c["members"], self.tokenizer.get_vocab_size(), c["d_model"], c["layers"],
-                                     c["heads"], c["max_tokens"], N_STATUS)
+        with torch.random.fork_rng(devices=[]):  # seeded initial weights, the caller's random stream untouched
+            torch.manual_seed(seed)
+            self.model = EnsembleEncoder(c["members"], self.tokenizer.get_vocab_size(), c["d_model"], c["layers"],
+                                         c["heads"], c["max_tokens"], N_STATUS)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=c["lr"], weight_decay=1e-4)
         self.gen = torch.Generator().manual_seed(seed + 1)
         r, t, m = c["replay_size"], self.raw_tokens, c["members"]

@@ -1,12 +1,13 @@
 """The one place a `world_model` config section becomes a world model."""
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 import torch
 
 from wmrl.world_model.base import WorldModel
-from wmrl.world_model.ensemble import LearnedEnsembleWM, wm_config_dict
+from wmrl.world_model.ensemble import LearnedEnsembleWM, world_model_config
 
 # kind -> class; a prompted-LM world model registers here as e.g. "prompted_lm"
 WORLD_MODELS = {LearnedEnsembleWM.kind: LearnedEnsembleWM}
@@ -18,13 +19,16 @@ def load_world_model(path: str, wm_cfg: Any = None) -> WorldModel:
     kind = state.get("kind", LearnedEnsembleWM.kind)
     if kind not in WORLD_MODELS:
         raise ValueError(f"{path}: unknown world model kind {kind!r}; known: {', '.join(WORLD_MODELS)}")
-    overrides = {k: v for k, v in wm_config_dict(wm_cfg).items() if k != "init"} if wm_cfg is not None else None
+    overrides = None
+    if wm_cfg is not None:
+        overrides = {k: v for k, v in asdict(world_model_config(wm_cfg)).items() if k != "init"}
     return WORLD_MODELS[kind].from_state(state, overrides)
 
 
-def make_world_model(wm_cfg: Any = None, seed: int = 0) -> WorldModel:
-    """A fresh learned ensemble from `wm_cfg`, or the saved model at `wm_cfg.init`."""
-    cfg = wm_config_dict(wm_cfg)
-    if cfg["init"]:
-        return load_world_model(cfg["init"], wm_cfg)
+def make_world_model(wm_cfg: Any, seed: int) -> WorldModel:
+    """A fresh learned ensemble from `wm_cfg` (its initial weights a function of `seed`), or the saved
+    model at `wm_cfg.init`."""
+    cfg = world_model_config(wm_cfg)
+    if cfg.init:
+        return load_world_model(cfg.init, cfg)
     return LearnedEnsembleWM(cfg, seed=seed)

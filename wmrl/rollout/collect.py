@@ -1,0 +1,162 @@
+"""Rollouts: the policy writes programs for G samples of each task prompt over K turns, each turn's
+outcome (real or predicted) becomes the next observation, and the result is one RolloutBatch.
+
+Training and evaluation share the turn loop (`_play`); they differ in routing (training sends
+groups to the world model or the sandbox, evaluation executes everything on the hidden split) and
+in their sampling streams. Training anchors may execute in the background (`BackgroundAnchors`)
+and join the next step's batch.
+"""
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+
+from wmrl.env import EnvTimes, Environment
+from wmrl.rollout.batch import RolloutBatch, make_batch
+from wmrl.rollout.types import Trajectory, Turn, TurnItem
+from wmrl.sandbox.program import extract_program
+from wmrl.seeding import stream_seed
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How completions are sampled."""
+
+    temperature: float
+    top_p: float
+    max_new_tokens: int  # per turn
+
+
+class Rollout:
+    def __init__(self, tokenizer, chat, generator, env: Environment, suite, turns: int, sampling: Sampling,
+                 max_length: int, seed: int):
+        self.tok, self.chat, self.generator, self.env, self.suite = tokenizer, chat, generator, env, suite
+        self.turns, self.sampling, self.max_length, self.seed = turns, sampling, max_length, seed
+        self.anchors = BackgroundAnchors(env)
+
+    def collect_train(self, step: int, tasks: list, group_size: int, defer: bool = False) -> RolloutBatch:
+        """One training batch of `len(tasks)` groups, routed by the environment. `defer`: anchor groups
+        execute in the background and join the next step's batch (importance-weighted there by their
+        recorded sampling log-probs); last step's deferred anchors join this one."""
+        rng = random.Random(stream_seed(self.seed, step, "train"))
+        times = EnvTimes()
+        carried = self.anchors.resolve(times)
+        executed, scored = self.env.routing(len(tasks), step, rng)
+        defer = defer and any(e and s for e, s in zip(executed, scored))
+        trajs = self._start(tasks, group_size, executed, scored, defer)
+        t_gen = self._play(trajs, step, "train", "val", self.sampling.temperature, times)
+        later = [t for t in trajs if t.deferred]
+        if later:
+            self.anchors.submit(step, "val", later)
+        for t in carried:
+            t.group += len(tasks)  # keep last step's anchor groups apart from this step's groups
+        batch = make_batch([t for t in trajs if not t.deferred] + carried, self.tok.pad_token_id, self.max_length)
+        batch.stats.update(_stats(t_gen, times))
+        batch.stats["rollout/deferred_anchors"] = len(carried)
+        return batch
+
+    def collect_eval(self, step: int, tasks: list, samples: int, split: str, temperature: float) -> RolloutBatch:
+        """Every program executed for real on `split`. Every evaluation samples from one stream
+        (that of step 0), so evaluations at different steps differ by the policy alone."""
+        times = EnvTimes()
+        trajs = self._start(tasks, samples, [True] * len(tasks), [False] * len(tasks), defer=False)
+        t_gen = self._play(trajs, step, "eval", split, temperature, times, sample_step=0)
+        batch = make_batch(trajs, self.tok.pad_token_id, self.max_length)
+        batch.stats.update(_stats(t_gen, times))
+        return batch
+
+    def _start(self, tasks, group_size, executed, scored, defer) -> list[Trajectory]:
+        trajs = []
+        for g, task in enumerate(tasks):
+            prompt = self.chat.prompt_ids(task.prompt())
+            deferred = defer and executed[g] and scored[g]
+            for _ in range(group_size):
+                trajs.append(Trajectory(task.name, g, list(prompt), [0.0] * len(prompt), [0.0] * len(prompt),
+                                        executed=executed[g] and not deferred, scored=scored[g], deferred=deferred))
+        return trajs
+
+    def _play(self, trajs: list[Trajectory], step: int, purpose: str, split: str, temperature: float,
+              times: EnvTimes, sample_step: int | None = None) -> float:
+        """K turns: generate, judge, append the observation. Returns the seconds spent generating."""
+        seed_step = step if sample_step is None else sample_step
+        t_gen = 0.0
+        for turn in range(self.turns):
+            t0 = time.perf_counter()
+            room = max(8, min(self.sampling.max_new_tokens, self.max_length - max(len(t.ids) for t in trajs)))
+            completions = self.generator.generate(
+                [t.ids for t in trajs], temperature=temperature, top_p=self.sampling.top_p, max_new_tokens=room,
+                seed=stream_seed(self.seed, seed_step, f"{purpose}/gen/{turn}"))
+            t_gen += time.perf_counter() - t0
+            items = []
+            for k, (t, c) in enumerate(zip(trajs, completions)):
+                t.ids += c.token_ids
+                t.loss_mask += [1.0] * len(c.token_ids)
+                t.logprobs += c.logprobs
+                program = extract_program(self.tok.decode(c.token_ids, skip_special_tokens=True))
+                items.append(TurnItem(t.task, program, t.history, self.suite.get(t.task).action_class(program),
+                                      {"step": step, "purpose": purpose, "group": t.group, "trajectory": k, "turn": turn}))
+            judgements = self.env.judge(items, [t.executed for t in trajs], [t.scored for t in trajs], split, times)
+            for t, item, j in zip(trajs, items, judgements):
+                t.turns.append(Turn(item.program, item.action_class, j))
+                t.history = (t.history + "\n" + j.observation).strip()
+                if turn < self.turns - 1:
+                    obs = self.chat.observation_ids(self.chat.observation_text(j.observation))
+                    t.ids += obs
+                    t.loss_mask += [0.0] * len(obs)
+                    t.logprobs += [0.0] * len(obs)
+        return t_gen
+
+    def state_dict(self) -> dict:
+        return {"pending_anchors": self.anchors.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.anchors.load_state_dict(state.get("pending_anchors"))
+
+
+class BackgroundAnchors:
+    """Anchor trajectories of one step whose programs execute while the next step is collected."""
+
+    def __init__(self, env: Environment):
+        self.env = env
+        self.step: int | None = None
+        self.split = "val"
+        self.trajectories: list[Trajectory] = []
+        self.future = None
+
+    def submit(self, step: int, split: str, trajectories: list[Trajectory]) -> None:
+        self.step, self.split, self.trajectories = step, split, trajectories
+        items = [TurnItem(t.task, turn.program, meta={"step": step, "consumed": step + 1, "purpose": "train",
+                                                       "group": t.group, "turn": k, "deferred": True})
+                 for t in trajectories for k, turn in enumerate(t.turns)]
+        self.future = self.env.execute(items, split)
+
+    def resolve(self, times: EnvTimes) -> list[Trajectory]:
+        """The pending trajectories with their real outcomes (waits for any still running)."""
+        if not self.trajectories:
+            return []
+        outcomes = iter(self.env.collect(self.future, times))
+        trajs, self.trajectories, self.future, self.step = self.trajectories, [], None, None
+        for t in trajs:
+            for turn in t.turns:
+                turn.judgement.real = next(outcomes)
+            t.executed, t.deferred = True, False
+        return trajs
+
+    def state_dict(self) -> dict | None:
+        """Plain data for a checkpoint; a resumed run executes them again (executions are seeded,
+        so it gets the same outcomes)."""
+        if not self.trajectories:
+            return None
+        return {"step": self.step, "split": self.split, "trajectories": [t.to_dict() for t in self.trajectories]}
+
+    def load_state_dict(self, state: dict | None) -> None:
+        self.trajectories, self.future, self.step = [], None, None
+        if state:
+            self.submit(state["step"], state["split"], [Trajectory.from_dict(d) for d in state["trajectories"]])
+
+
+def _stats(t_gen: float, times: EnvTimes) -> dict[str, float]:
+    return {"time/generation_s": t_gen, "time/env_real_s": times.real_s, "time/env_wm_s": times.wm_s,
+            "cost/real_executions": times.executions, "cost/sandbox_slot_s": times.slot_s,
+            "rollout/infra_errors": times.infra_errors}

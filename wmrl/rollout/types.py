@@ -1,0 +1,114 @@
+"""The typed pieces of a rollout: what the environment judges (`TurnItem`), what it answers
+(`Judgement`), one turn of a trajectory (`Turn`), a trajectory being played (`Trajectory`), and
+the token-free record of one that travels with the batch (`TrajectoryRecord`)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from wmrl.outcome import Outcome
+
+
+@dataclass
+class TurnItem:
+    """One program for the environment to judge: its task, the feedback seen so far, its class."""
+
+    task: str
+    program: str
+    history: str = ""
+    action_class: str = ""
+    meta: dict = field(default_factory=dict)  # written to the execution log (step, purpose, group, turn, ...)
+
+
+@dataclass
+class Judgement:
+    """What one turn of one trajectory got from its environment."""
+
+    real: Outcome | None = None  # executed outcome (None when not executed)
+    wm_reward: float = math.nan  # world-model reward mean (NaN when not scored)
+    wm_var: float = math.nan  # world-model reward variance (NaN when not scored)
+    wm_status: str = ""  # the world model's predicted status ("" when not scored)
+    observation: str = ""  # the feedback the agent reads next turn
+
+    def to_dict(self) -> dict:
+        return {"real": None if self.real is None else self.real.to_dict(),
+                "wm_reward": None if math.isnan(self.wm_reward) else self.wm_reward,
+                "wm_var": None if math.isnan(self.wm_var) else self.wm_var,
+                "wm_status": self.wm_status, "observation": self.observation}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Judgement":
+        return cls(real=None if d["real"] is None else Outcome.from_dict(d["real"]),
+                   wm_reward=math.nan if d["wm_reward"] is None else d["wm_reward"],
+                   wm_var=math.nan if d["wm_var"] is None else d["wm_var"],
+                   wm_status=d["wm_status"], observation=d["observation"])
+
+
+@dataclass
+class Turn:
+    program: str
+    action_class: str
+    judgement: Judgement
+
+    def to_dict(self) -> dict:
+        return {"program": self.program, "action_class": self.action_class, **self.judgement.to_dict()}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Turn":
+        return cls(d["program"], d["action_class"], Judgement.from_dict(d))
+
+
+@dataclass
+class TrajectoryRecord:
+    """A trajectory without its tokens: for world-model training, fidelity, evaluation and artifacts."""
+
+    task: str
+    group: int
+    executed: bool
+    anchor: bool  # executed for real and scored by the world model
+    turns: list[Turn]
+
+    def to_dict(self) -> dict:
+        return {"task": self.task, "group": self.group, "executed": self.executed, "anchor": self.anchor,
+                "turns": [t.to_dict() for t in self.turns]}
+
+
+@dataclass
+class Trajectory:
+    """A trajectory being played: its tokens so far (prompt, completions, observations) and turns."""
+
+    task: str
+    group: int
+    ids: list[int]
+    loss_mask: list[float]  # 1 on generated tokens
+    logprobs: list[float]  # sampling log-prob of each generated token, 0 elsewhere
+    turns: list[Turn] = field(default_factory=list)
+    history: str = ""  # observations so far, as the world model reads them
+    executed: bool = False
+    scored: bool = False
+    deferred: bool = False  # an anchor whose real execution runs in the background, consumed next step
+
+    def best_turn(self) -> int:
+        """The turn whose reward counts: real when executed, else the world model's."""
+        rewards = [t.judgement.real.reward if self.executed and t.judgement.real is not None else t.judgement.wm_reward
+                   for t in self.turns]
+        rewards = [-math.inf if (r is None or math.isnan(r)) else r for r in rewards]
+        return max(range(len(rewards)), key=lambda k: rewards[k])
+
+    def record(self) -> TrajectoryRecord:
+        return TrajectoryRecord(self.task, self.group, self.executed, self.executed and self.scored, list(self.turns))
+
+    def to_dict(self) -> dict:
+        """Plain data for a checkpoint (real outcomes dropped: a resumed run executes again)."""
+        turns = []
+        for t in self.turns:
+            d = t.to_dict()
+            d["real"] = None
+            turns.append(d)
+        return {"task": self.task, "group": self.group, "ids": self.ids, "loss_mask": self.loss_mask,
+                "logprobs": self.logprobs, "turns": turns, "history": self.history, "executed": self.executed,
+                "scored": self.scored, "deferred": self.deferred}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Trajectory":
+        return cls(**{**d, "turns": [Turn.from_dict(t) for t in d["turns"]]})
