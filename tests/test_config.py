@@ -108,3 +108,32 @@ def test_cli_print_config_shows_resolved_values(tmp_path):
     assert r.returncode == 0, r.stderr
     cfg = OmegaConf.create(r.stdout)
     assert cfg.rl.steps == 11 and cfg.env.mode == "sandbox" and cfg.callbacks.debias is None
+
+
+@pytest.mark.parametrize("name", presets())
+def test_every_preset_builds_the_parts_it_names(name, tmp_path, session_cache):
+    """Not only merged YAML: the tasks, sandbox, policy, world model, callbacks and environment each
+    preset makes, and that they are wired by construction (one debiaser shared by all who correct)."""
+    from callbacks import CostCallback, DebiasCallback, DenoiseCallback, EvaluationCallback, WorldModelCallback
+    from wmrl.recipe import build
+    from wmrl.tasks import load_suite
+
+    cfg = load_config([f"experiment={name}", "policy.warm_start=false", f"task.cache_dir={session_cache}",
+                       "sandbox.slots=1", "policy.hidden_size=32", "policy.layers=1", "policy.heads=2"])
+    parts = build(cfg, tmp_path, load_suite(cfg.task))
+    try:
+        kinds = [type(c) for c in parts.callbacks]
+        wm_mode = cfg.env.mode == "wm"
+        assert (parts.world_model is not None) == wm_mode and (WorldModelCallback in kinds) == wm_mode
+        assert (DebiasCallback in kinds) == (cfg.callbacks.debias is not None)
+        assert (DenoiseCallback in kinds) == (cfg.callbacks.denoise is not None)
+        assert kinds[-2:] == [CostCallback, EvaluationCallback]  # after the corrections and world-model training
+        assert parts.env.sandbox is parts.sandbox and parts.env.wm is parts.world_model
+        assert parts.env.correction is parts.debiaser
+        for cb in parts.callbacks:
+            if isinstance(cb, (DebiasCallback, DenoiseCallback)):
+                assert cb.debiaser is parts.debiaser
+        assert parts.module.policy is parts.policy and parts.rollout.generator.model is parts.policy
+        assert parts.data.steps == cfg.rl.steps and parts.suite.train_tasks() and parts.suite.eval_tasks()
+    finally:
+        parts.sandbox.close()

@@ -9,7 +9,8 @@ import random
 import time
 import warnings
 from pathlib import Path
-from typing import Callable
+from dataclasses import dataclass
+from typing import Any, Callable
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -91,11 +92,29 @@ def _quiet() -> None:
         warnings.filterwarnings("ignore", message=msg)
 
 
-def train(cfg: DictConfig, wrap_world_model: Callable[[WorldModel], WorldModel] | None = None) -> dict:
-    """`wrap_world_model`: a scenario installed around the world model (benchmarks: a biased one)."""
-    from lightning.pytorch.callbacks import ModelCheckpoint
-    from lightning.pytorch.loggers import MLFlowLogger
+@dataclass
+class Parts:
+    """Everything one run is made of, built from the config (and nothing started but the sandbox)."""
 
+    suite: Any
+    sandbox: Any
+    policy: Any
+    warm_start: dict
+    world_model: WorldModel | None
+    debiaser: Any
+    env: Any
+    rollout: Any
+    data: Any
+    module: Any
+    callbacks: list  # in hook order: corrections, world model, cost, evaluation
+    cost: Any
+    evaluation: Any
+
+
+def build(cfg: DictConfig, run_dir: Path, suite, wrap_world_model: Callable[[WorldModel], WorldModel] | None = None,
+          progress: bool = False) -> Parts:
+    """The one place the config becomes objects, around the task `suite` (`wmrl.tasks.load_suite(cfg.task)`).
+    `wrap_world_model`: a scenario installed around the world model (benchmarks: a biased one)."""
     from callbacks import CostCallback, EvaluationCallback, WorldModelCallback, correction_callbacks
     from datamodules.rollout import RolloutDataModule
     from wmrl.env import Environment
@@ -103,25 +122,11 @@ def train(cfg: DictConfig, wrap_world_model: Callable[[WorldModel], WorldModel] 
     from wmrl.generation import WeightSync, make_generator
     from wmrl.module import WMRLModule
     from wmrl.rollout import Rollout, Sampling
-    from wmrl.sandbox import make_sandbox, rewind
-    from wmrl.tasks import load_suite
+    from wmrl.sandbox import make_sandbox
 
-    # Oversubscribed cores make torch's OpenMP threads spin: on 2 cores with a busy sandbox, 2 threads
-    # ran a training step 15x slower than 1 thread.
-    torch.set_num_threads(cfg.threads if cfg.threads > 0 else max(1, (os.cpu_count() or 2) // 2))
-    _quiet()
-    L.seed_everything(cfg.seed, workers=True, verbose=False)
-    run_dir, ckpt_path = run_directory(cfg)
-    OmegaConf.save(cfg, run_dir / ("config.yaml" if ckpt_path is None else "config.resumed.yaml"))
-    cache_dir = Path(cfg.task.cache_dir).expanduser()
-
-    # tasks, policy, sandbox, world model
-    suite = load_suite(cfg.task)
+    # policy, world model, sandbox
     train_tasks, eval_tasks = suite.train_tasks(), suite.eval_tasks()
-    for task in train_tasks + eval_tasks:  # build missing leaderboards now, not inside a sandbox slot mid-step
-        task.leaderboard()
-    policy, tok, chat, warm = build_policy_and_tokenizer(cfg, train_tasks, cache_dir, cfg.trainer.progress_bar)
-    sandbox = make_sandbox(cfg.sandbox, log_path=run_dir / "executions.sqlite")
+    policy, tok, chat, warm = build_policy_and_tokenizer(cfg, train_tasks, Path(cfg.task.cache_dir).expanduser(), progress)
     world_model = None
     if cfg.env.mode == "wm":
         from wmrl.world_model import make_world_model
@@ -129,6 +134,7 @@ def train(cfg: DictConfig, wrap_world_model: Callable[[WorldModel], WorldModel] 
         world_model = make_world_model(cfg.world_model, seed=cfg.seed)
         if wrap_world_model is not None:
             world_model = wrap_world_model(world_model)
+    sandbox = make_sandbox(cfg.sandbox, log_path=run_dir / "executions.sqlite")
 
     # the step's path: rollout (environment, generator) -> corrections -> policy update -> world model
     debiaser, callbacks = correction_callbacks(cfg.callbacks)
@@ -147,6 +153,29 @@ def train(cfg: DictConfig, wrap_world_model: Callable[[WorldModel], WorldModel] 
     cost = CostCallback()
     evaluation = EvaluationCallback(Evaluator(rollout, eval_tasks, cfg.eval, cfg.logger.samples_per_eval), sync,
                                     cfg.eval.every_n_steps, cfg.rl.steps, at_start=cfg.eval.at_start)
+    return Parts(suite, sandbox, policy, warm, world_model, debiaser, env, rollout, data, module,
+                 [*callbacks, cost, evaluation], cost, evaluation)
+
+
+def train(cfg: DictConfig, wrap_world_model: Callable[[WorldModel], WorldModel] | None = None) -> dict:
+    """`wrap_world_model`: see `build`."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.loggers import MLFlowLogger
+
+    from wmrl.sandbox import rewind
+    from wmrl.tasks import load_suite
+
+    # Oversubscribed cores make torch's OpenMP threads spin: on 2 cores with a busy sandbox, 2 threads
+    # ran a training step 15x slower than 1 thread.
+    torch.set_num_threads(cfg.threads if cfg.threads > 0 else max(1, (os.cpu_count() or 2) // 2))
+    _quiet()
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    run_dir, ckpt_path = run_directory(cfg)
+    OmegaConf.save(cfg, run_dir / ("config.yaml" if ckpt_path is None else "config.resumed.yaml"))
+    suite = load_suite(cfg.task)
+    for task in suite.train_tasks() + suite.eval_tasks():  # build missing leaderboards now, not in a sandbox slot mid-step
+        task.leaderboard()
+    parts = build(cfg, run_dir, suite, wrap_world_model, progress=cfg.trainer.progress_bar)
     checkpoint = ModelCheckpoint(dirpath=run_dir / "checkpoints", save_last=True, save_top_k=0,
                                  every_n_train_steps=cfg.rl.updates_per_batch)
 
@@ -165,25 +194,27 @@ def train(cfg: DictConfig, wrap_world_model: Callable[[WorldModel], WorldModel] 
         logger.log_hyperparams(_flatten(OmegaConf.to_container(cfg, resolve=True)))
         logger.experiment.log_text(logger.run_id, OmegaConf.to_yaml(cfg), "config.yaml")
         logger.experiment.set_tag(logger.run_id, "run_dir", str(run_dir.resolve()))
-        logger.experiment.set_tag(logger.run_id, "warm_start", json.dumps(warm))
+        logger.experiment.set_tag(logger.run_id, "warm_start", json.dumps(parts.warm_start))
 
     trainer = L.Trainer(
-        max_epochs=1, logger=logger, callbacks=[*callbacks, cost, evaluation, checkpoint],
+        max_epochs=1, logger=logger, callbacks=[*parts.callbacks, checkpoint],
         accelerator=cfg.trainer.accelerator, devices=_devices(cfg.trainer.devices), strategy=cfg.trainer.strategy,
         precision=cfg.trainer.precision, enable_progress_bar=cfg.trainer.progress_bar, enable_model_summary=False,
         log_every_n_steps=1, num_sanity_val_steps=0, limit_val_batches=0,
     )
     try:
-        trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
+        trainer.fit(parts.module, datamodule=parts.data, ckpt_path=ckpt_path)
     finally:
-        sandbox.close()
+        parts.sandbox.close()
     final = run_dir / "checkpoints" / "last.ckpt"
     if final.exists():
         logger.experiment.log_artifact(logger.run_id, str(final), "checkpoints")
-    summary = {"run_dir": str(run_dir), "mlflow_run_id": logger.run_id, "steps": module.rl_step,
-               "eval/real_reward": evaluation.last, **cost.totals}
+    summary = {"run_dir": str(run_dir), "mlflow_run_id": logger.run_id, "steps": parts.module.rl_step,
+               "eval/real_reward": parts.evaluation.last, **parts.cost.totals}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
+
+
 
 
 def _devices(devices: str):
