@@ -27,8 +27,8 @@ class DenoiseCallback(Callback):
     anchor_upweight, denoise/s2.
     """
 
-    def __init__(self, method: str = "inverse_variance", c: float = 1.0, ema: float = 0.9, sigma_floor: float = 0.05,
-                 w_min: float = 0.2, w_max: float = 3.0, debiaser: Debiaser | None = None):
+    def __init__(self, *, method: str, c: float, ema: float, sigma_floor: float, w_min: float, w_max: float,
+                 debiaser: Debiaser | None):
         if method not in METHODS:
             raise ValueError(f"denoise method must be one of {METHODS}; got {method!r}")
         self.method, self.c, self.ema = method, c, ema
@@ -37,7 +37,8 @@ class DenoiseCallback(Callback):
         self.s2: float | None = None  # anchor_upweight: None until a batch had anchors with varying real rewards
 
     @classmethod
-    def from_config(cls, cfg: Any, debiaser: Debiaser | None = None) -> "DenoiseCallback":
+    def from_config(cls, cfg: Any, debiaser: Debiaser | None) -> "DenoiseCallback":
+        """From the `callbacks.denoise` section (the schema holds the defaults)."""
         return cls(method=cfg.method, c=cfg.c, ema=cfg.ema, sigma_floor=cfg.sigma_floor, w_min=cfg.w_min, w_max=cfg.w_max,
                    debiaser=debiaser)
 

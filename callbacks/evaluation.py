@@ -19,7 +19,7 @@ class EvaluationCallback(Callback):
     logs `eval/...` and `time/eval_s` at the RL step; sample trajectories go to MLflow as
     samples/eval_step_N.json. Comes after the cost callback: evaluation is not training cost."""
 
-    def __init__(self, evaluator: Evaluator, sync: WeightSync, every_n_steps: int, steps: int, at_start: bool = True):
+    def __init__(self, evaluator: Evaluator, sync: WeightSync, every_n_steps: int, steps: int, at_start: bool):
         self.evaluator, self.sync = evaluator, sync
         self.every_n_steps, self.steps, self.at_start = every_n_steps, steps, at_start
         self.last = math.nan  # eval/real_reward of the latest evaluation

@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader
 
 from callbacks import DebiasCallback, DenoiseCallback, correction_callbacks
 from wmrl.rollout import SOURCE_REAL, SOURCE_WM, RolloutBatch
-from wmrl.config import load_config
+from wmrl.config import DenoiseConfig, load_config
 from wmrl.corrections import Debiaser
 
 NAN = float("nan")
@@ -43,6 +43,11 @@ def biased_batch(seed=0, anchor_groups=(0,), groups=3, valid=None):
     var = rng.uniform(0.001, 0.05, n)
     wm = real + np.array([CLASS_BIAS[c] for c in classes]) + rng.normal(0, 0.01, n)
     return make_batch(real, wm, var, classes, set(anchor_groups), valid=valid)
+
+
+def denoise_callback(debiaser=None, **overrides) -> DenoiseCallback:
+    """A DenoiseCallback with the schema's defaults but `overrides`."""
+    return DenoiseCallback.from_config(DenoiseConfig(**overrides), debiaser)
 
 
 class Recorder:
@@ -111,7 +116,7 @@ def test_the_callbacks_debiaser_corrects_scores_shown_elsewhere_and_names_missin
 
 
 def test_denoise_inverse_variance_sets_weights():
-    cb = DenoiseCallback("inverse_variance", sigma_floor=0.05, w_min=0.2, w_max=3.0)
+    cb = denoise_callback(method="inverse_variance", sigma_floor=0.05, w_min=0.2, w_max=3.0)
     rec = Recorder()
     batch = biased_batch(seed=3, valid=[True] * 11 + [False])
     cb.on_train_batch_start(trainer_stub([cb]), rec, batch, 0)
@@ -126,8 +131,8 @@ def test_denoise_inverse_variance_sets_weights():
 
 def test_denoise_anchor_upweight_uses_the_calibrated_residual():
     debias = warmed_debias("offset")
-    raw = DenoiseCallback("anchor_upweight", c=1.0, ema=0.5, w_max=10.0)
-    calibrated = DenoiseCallback("anchor_upweight", c=1.0, ema=0.5, w_max=10.0, debiaser=debias.debiaser)
+    raw = denoise_callback(method="anchor_upweight", c=1.0, ema=0.5, w_max=10.0)
+    calibrated = denoise_callback(debias.debiaser, method="anchor_upweight", c=1.0, ema=0.5, w_max=10.0)
     for seed in range(3):
         raw.on_train_batch_start(trainer_stub([raw]), Recorder(), biased_batch(seed=10 + seed), 0)
         rec = Recorder()
@@ -152,10 +157,10 @@ def _through_checkpoint(state):
 @pytest.mark.parametrize("method", ["offset", "isotonic"])
 def test_callback_state_survives_a_checkpoint_round_trip(method):
     debias = warmed_debias(method)
-    denoise = DenoiseCallback("anchor_upweight", debiaser=debias.debiaser)
+    denoise = denoise_callback(debias.debiaser, method="anchor_upweight")
     denoise.on_train_batch_start(trainer_stub([debias, denoise]), Recorder(), biased_batch(seed=20), 0)
     fresh_debias = DebiasCallback(Debiaser(method, ["action_class"], kappa=1.0, min_pairs=4, half_life=float("inf")))
-    fresh_denoise = DenoiseCallback("anchor_upweight", debiaser=fresh_debias.debiaser)
+    fresh_denoise = denoise_callback(fresh_debias.debiaser, method="anchor_upweight")
     fresh_debias.load_state_dict(_through_checkpoint(debias.state_dict()))
     fresh_denoise.load_state_dict(_through_checkpoint(denoise.state_dict()))
     a, b = biased_batch(seed=21), biased_batch(seed=21)
@@ -213,7 +218,7 @@ def test_callbacks_inside_a_real_lightning_trainer(tmp_path):
 
     batches = [biased_batch(seed=40 + i, anchor_groups=(i % 3,)) for i in range(3)]
     debias = DebiasCallback(Debiaser("isotonic", ["action_class"], min_pairs=4))
-    denoise = DenoiseCallback("inverse_variance")
+    denoise = denoise_callback(method="inverse_variance")
     trainer = pl.Trainer(max_epochs=1, callbacks=[debias, denoise], logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
     trainer.fit(TinyPolicy(), DataLoader(batches, batch_size=None, collate_fn=lambda b: b))

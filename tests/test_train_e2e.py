@@ -136,7 +136,8 @@ def test_killed_run_resumes_to_the_same_end(tmp_path, session_cache):
     assert got_ckpt["wmrl"]["rl_step"] == ref_ckpt["wmrl"]["rl_step"] == 5
     for name, value in ref.items():
         assert torch.allclose(value, got[name], atol=1e-5), name
-    assert got_ckpt["wmrl"]["totals"]["cost/real_executions"] == ref_ckpt["wmrl"]["totals"]["cost/real_executions"]
+    totals = [c["callbacks"]["CostCallback"]["totals"]["cost/real_executions"] for c in (got_ckpt, ref_ckpt)]
+    assert totals[0] == totals[1] > 0
     # the same MLflow run continues: one run, every step logged once
     client = _client(tmp)
     runs = client.search_runs([client.get_experiment_by_name("wmrl").experiment_id])
