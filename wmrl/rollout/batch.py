@@ -38,6 +38,11 @@ class RolloutBatch:
     valid: torch.Tensor  # [N] bool; False for trajectories dropped from the loss (infra_error groups)
     weight: torch.Tensor  # [N] float; per-trajectory loss weight (denoising), 1 by default
     strata: dict[str, list[str]] = field(default_factory=dict)  # e.g. task, action_class, status -> [N]
+    # per turn: a trajectory's reward is the max over its turns, so corrections work turn by turn
+    turn_wm_reward: torch.Tensor | None = None  # [N, K] float; NaN where not scored
+    turn_wm_var: torch.Tensor | None = None  # [N, K] float; NaN where not scored
+    turn_real_reward: torch.Tensor | None = None  # [N, K] float; NaN where not executed (or infra_error)
+    turn_strata: dict[str, list[list[str]]] = field(default_factory=dict)  # key -> [N][K]; status: WM's if scored
     records: list[TrajectoryRecord] = field(default_factory=list)  # per-trajectory, token-free
     step: int = 0  # the training step (0-based) the batch was collected for
     collected_at: float = 0.0  # time.perf_counter() when collection ended (step cost accounting)
@@ -78,6 +83,9 @@ def make_batch(trajs: list[Trajectory], pad_id: int, max_length: int) -> Rollout
     old = torch.zeros((n, width))
     real, wm, var = torch.full((n,), math.nan), torch.full((n,), math.nan), torch.full((n,), math.nan)
     strata: dict[str, list[str]] = {"task": [], "action_class": [], "status": []}
+    k_turns = max(len(t.turns) for t in trajs)
+    t_wm, t_var, t_real = (torch.full((n, k_turns), math.nan) for _ in range(3))
+    turn_strata: dict[str, list[list[str]]] = {"task": [], "action_class": [], "status": []}
     bad_groups = {t.group for t in trajs if t.executed
                   and any(turn.judgement.real.status is Status.INFRA_ERROR for turn in t.turns)}
     for i, t in enumerate(trajs):
@@ -87,6 +95,14 @@ def make_batch(trajs: list[Trajectory], pad_id: int, max_length: int) -> Rollout
         mask[i, :length] = torch.tensor(t.loss_mask[:length])
         old[i, :length] = torch.tensor(t.logprobs[:length])
         judgements = [turn.judgement for turn in t.turns]
+        for k, j in enumerate(judgements):
+            t_wm[i, k], t_var[i, k] = j.wm_reward, j.wm_var
+            if j.real is not None and t.group not in bad_groups:
+                t_real[i, k] = j.real.reward
+        turn_strata["task"].append([t.task] * len(t.turns))
+        turn_strata["action_class"].append([turn.action_class for turn in t.turns])
+        turn_strata["status"].append([j.wm_status if t.scored else (j.real.status.value if j.real is not None else "")
+                                      for j in judgements])
         if t.executed and t.group not in bad_groups:
             real[i] = max(j.real.reward for j in judgements)
         if t.scored:
@@ -109,6 +125,7 @@ def make_batch(trajs: list[Trajectory], pad_id: int, max_length: int) -> Rollout
         group_ids=torch.tensor([t.group for t in trajs]), reward=reward, real_reward=real, wm_reward=wm, wm_var=var,
         reward_var=torch.where(executed, torch.zeros(n), var),
         source=torch.where(executed, SOURCE_REAL, SOURCE_WM), is_anchor=executed & scored, valid=valid,
-        weight=torch.ones(n), strata=strata, records=[t.record() for t in trajs],
+        weight=torch.ones(n), strata=strata, turn_wm_reward=t_wm, turn_wm_var=t_var, turn_real_reward=t_real,
+        turn_strata=turn_strata, records=[t.record() for t in trajs],
         stats={"rollout/dropped_groups": len(bad_groups)},
     )
