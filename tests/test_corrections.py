@@ -227,3 +227,77 @@ def test_anchor_upweight_weights_between_one_and_w_max(s2):
     assert torch.all(w[:4] >= 1.0) and torch.all(w[:4] <= 3.0)
     assert torch.equal(w[2:4], torch.ones(2)) and w[4] == 0.0
     assert w[0].item() == pytest.approx(min(1.0 + s2, 3.0))
+
+
+def flat_then_steep(n, seed, flat_sd=0.1, steep_sd=0.03):
+    """Real rewards flat (0.3 ± flat_sd) for r̂ < 0.5, then rising with slope 1.2 (± steep_sd)."""
+    rng = np.random.default_rng(seed)
+    wm = rng.uniform(0.0, 1.0, n)
+    mean = np.where(wm < 0.5, 0.3, 0.3 + 1.2 * (wm - 0.5))
+    real = mean + rng.normal(0.0, np.where(wm < 0.5, flat_sd, steep_sd))
+    return wm, real
+
+
+def test_corrected_variance_on_a_flat_stretch_is_the_real_scatter_not_zero():
+    wm, real = flat_then_steep(512, seed=11)
+    d = Debiaser("isotonic", min_pairs=16, buffer_size=512)
+    d.update(wm, real)
+    probe, wm_var = np.array([0.15, 0.3]), np.full(2, 0.0004)
+    slope_only = d.slope(probe) ** 2 * wm_var  # what the variance was before: σ²·f′²
+    assert np.all(slope_only < 2e-4)
+    var = d.corrected_variance(probe, wm_var)
+    assert np.all((var > 0.7 * 0.1**2) & (var < 1.4 * 0.1**2)), var  # ≈ the true scatter 0.01
+
+
+def test_corrected_variance_on_a_steep_stretch_stays_small():
+    wm, real = flat_then_steep(512, seed=12)
+    d = Debiaser("isotonic", min_pairs=16, buffer_size=512)
+    d.update(wm, real)
+    probe = np.array([0.85, 0.95])
+    var = d.corrected_variance(probe, np.full(2, 0.0004))
+    truth = 0.03**2 + 1.2**2 * 0.0004
+    assert np.all((var > 0.5 * truth) & (var < 3 * truth)), (var, truth)
+    assert np.all(var < d.corrected_variance(np.array([0.2]), np.array([0.0004])))  # flat scatter is larger
+
+
+def test_residual_variance_is_out_of_sample():
+    """An in-sample isotonic fit passes through block means and absorbs part of the scatter."""
+    wm, real = flat_then_steep(256, seed=13, flat_sd=0.1, steep_sd=0.1)
+    iso = IsotonicMap(min_pairs=16, buffer_size=256)
+    iso.update(wm, real)
+    in_sample = np.mean((real - iso.correct(wm)) ** 2)
+    out_of_sample = float(np.mean(iso.residual_variance(wm)))
+    true_mean = np.where(wm < 0.5, 0.3, 0.3 + 1.2 * (wm - 0.5))
+    realised = np.mean((real - true_mean) ** 2)  # the scatter around the true map in this sample
+    assert in_sample < 0.95 * realised < realised < out_of_sample < 1.3 * realised, (in_sample, realised, out_of_sample)
+
+
+def test_corrected_variance_per_stratum_shrinks_to_global():
+    rng = np.random.default_rng(14)
+    n = 1200
+    cls = rng.choice(["noisy", "clean"], n)
+    wm = rng.uniform(0, 1, n)
+    real = wm + rng.normal(0, np.where(cls == "noisy", 0.2, 0.02))
+    keys = [(c,) for c in cls]
+    d = Debiaser("isotonic", ["action_class"], kappa=8.0, min_pairs=16, buffer_size=n)
+    d.update(wm, real, keys)
+    probe = np.full(3, 0.5)
+    var = d.corrected_variance(probe, np.zeros(3), [("noisy",), ("clean",), ("unseen",)])
+    assert var[0] == pytest.approx(0.2**2, rel=0.3) and var[1] < 0.2 * var[0]
+    assert var[2] == pytest.approx(d.residual_variance(probe[:1])[0])  # no own fit: the global scatter
+    assert var[1] < var[2] < var[0]
+
+
+def test_corrected_variance_is_the_wm_variance_while_the_map_is_the_identity():
+    d = Debiaser("isotonic", min_pairs=16)
+    assert np.allclose(d.corrected_variance(np.array([0.2, 0.7]), np.array([0.01, 0.04])), [0.01, 0.04])
+
+
+def test_offset_corrected_variance_is_the_error_variance_plus_the_wm_variance():
+    rng = np.random.default_rng(15)
+    wm_minus_real = 0.2 + rng.normal(0, 0.1, 4000)
+    real = rng.uniform(0, 1, 4000)
+    d = Debiaser("offset", half_life=float("inf"))
+    d.update(real + wm_minus_real, real)
+    var = d.corrected_variance(np.array([0.5]), np.array([0.01]))
+    assert var[0] == pytest.approx(0.1**2 + 0.01, rel=0.05)
