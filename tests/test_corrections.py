@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from wmrl.corrections import (Debiaser, IsotonicMap, OffsetRectifier, anchor_upweight_weights,
-                              inverse_variance_weights, within_group_residual_s2)
+from wmrl.corrections import (Debiaser, IsotonicMap, OffsetRectifier, aggregate_turns, anchor_upweight_weights,
+                              best_turn, correct_turns, inverse_variance_weights, turn_pairs,
+                              within_group_residual_s2)
 
 CLASS_BIAS = {"forest": 0.25, "linear": -0.10, "boost": 0.0}
 
@@ -301,3 +302,38 @@ def test_offset_corrected_variance_is_the_error_variance_plus_the_wm_variance():
     d.update(real + wm_minus_real, real)
     var = d.corrected_variance(np.array([0.5]), np.array([0.01]))
     assert var[0] == pytest.approx(0.1**2 + 0.01, rel=0.05)
+
+
+def test_correct_each_turn_in_its_own_stratum_then_take_the_max():
+    """Turn 1 is a forest (the WM over-rates forests by 0.25), turn 2 a linear model (under-rated by 0.10)."""
+    wm, real, keys = anchor_pairs(3000, seed=16, noise=0.0)
+    d = Debiaser("offset", ["action_class"], kappa=8.0, half_life=float("inf"))
+    d.update(wm, real, keys)
+    real_turns = np.array([[0.50, 0.55]])
+    wm_turns = real_turns + np.array([[CLASS_BIAS["forest"], CLASS_BIAS["linear"]]])  # [[0.75, 0.45]]
+    keys_turns = [[("forest",), ("linear",)]]
+    corrected, _ = correct_turns(d, wm_turns, keys_turns)
+    per_turn_then_max = aggregate_turns(corrected)[0]
+    best = best_turn(wm_turns)[0]
+    max_then_correct = d.correct([np.nanmax(wm_turns)], [keys_turns[0][best]])[0]  # the old order
+    assert per_turn_then_max == pytest.approx(0.55, abs=0.01)  # the real max came from the linear turn
+    assert max_then_correct == pytest.approx(0.50, abs=0.01)
+    assert best_turn(corrected)[0] == 1
+
+
+def test_aggregate_turns_ignores_missing_turns():
+    x = np.array([[0.2, np.nan, 0.5], [np.nan, np.nan, np.nan], [0.1, 0.3, np.nan]])
+    assert np.allclose(aggregate_turns(x), [0.5, np.nan, 0.3], equal_nan=True)
+    assert best_turn(x).tolist() == [2, -1, 1]
+
+
+def test_every_executed_turn_of_an_anchor_is_its_own_pair_in_its_own_stratum():
+    wm = np.array([[0.75, 0.45], [0.6, np.nan]])
+    real = np.array([[0.50, 0.55], [0.6, np.nan]])
+    keys = [[("forest",), ("linear",)], [("boost",), ("boost",)]]
+    pw, pr, pk, sw = turn_pairs(wm, real, keys, sample_weight=np.array([2.0, 4.0]))
+    assert pw.tolist() == [0.75, 0.45, 0.6] and pr.tolist() == [0.50, 0.55, 0.6]
+    assert pk == [("forest",), ("linear",), ("boost",)] and sw.tolist() == [2.0, 2.0, 4.0]
+    d = Debiaser("offset", ["action_class"], half_life=float("inf"))
+    d.update(pw, pr, pk, sw)
+    assert d.strata[("forest",)].bias() == pytest.approx(0.25) and d.strata[("linear",)].bias() == pytest.approx(-0.10)
