@@ -11,8 +11,10 @@ import pytest
 import torch
 
 from wmrl.corrections import (Debiaser, IsotonicMap, OffsetRectifier, aggregate_turns, anchor_upweight_weights,
-                              best_turn, correct_turns, inverse_variance_weights, turn_pairs,
-                              within_group_residual_s2)
+                              best_turn, correct_turns, crossfit_calibration, fit_isotonic, inverse_variance_weights,
+                              turn_pairs, weight_share, within_group_residual_s2)
+from wmrl.corrections.isotonic import apply_isotonic
+from wmrl.rl import group_advantages, group_reward_std
 
 CLASS_BIAS = {"forest": 0.25, "linear": -0.10, "boost": 0.0}
 
@@ -337,3 +339,96 @@ def test_every_executed_turn_of_an_anchor_is_its_own_pair_in_its_own_stratum():
     d = Debiaser("offset", ["action_class"], half_life=float("inf"))
     d.update(pw, pr, pk, sw)
     assert d.strata[("forest",)].bias() == pytest.approx(0.25) and d.strata[("linear",)].bias() == pytest.approx(-0.10)
+
+
+def test_weights_act_on_the_advantage_scale_noise_hurts_a_near_tied_group_more():
+    """Equal WM variance, different reward spreads: the narrow group's ranking is the noisy one."""
+    reward = torch.tensor([0.2, 0.5, 0.8, 0.35, 0.5, 0.65,   0.48, 0.5, 0.52, 0.49, 0.5, 0.51])
+    groups = torch.tensor([0] * 6 + [1] * 6)  # group 0: s_g ≈ 0.2; group 1: s_g ≈ 0.015
+    var = torch.full((12,), 0.01)
+    is_real = torch.zeros(12, dtype=torch.bool)
+    s_g = group_reward_std(reward, groups)
+    assert s_g[0] > 10 * s_g[6]
+    w = inverse_variance_weights(var, is_real, 0.05, 0.0, float("inf"), group_std=s_g)
+    assert torch.all(w[:6] > 5 * w[6:])
+    noise = var / s_g**2  # the formula: w ∝ 1/(σ²/s_g² + 1)
+    expected = 1 / (noise + 1.0)
+    assert torch.allclose(w, expected / expected.mean())
+    legacy = inverse_variance_weights(var, is_real, 0.05, 0.0, float("inf"))  # the reward scale cannot tell them apart
+    assert torch.allclose(legacy[:6], legacy[6:])
+
+
+def test_tied_groups_keep_weight_one_and_do_not_shift_the_normalisation():
+    reward = torch.tensor([0.3, 0.3, 0.3, 0.1, 0.5, 0.9])
+    groups = torch.tensor([0, 0, 0, 1, 1, 1])
+    var = torch.tensor([0.01, 0.01, 0.01, 0.0, 0.04, float("nan")])
+    is_real = torch.tensor([False, False, False, True, False, False])
+    w = inverse_variance_weights(var, is_real, 0.05, 0.2, 3.0, group_std=group_reward_std(reward, groups))
+    assert torch.equal(w[:3], torch.ones(3))
+    assert w[3:].mean().item() == pytest.approx(1.0, abs=0.2) and w[5] == pytest.approx(0.2)  # NaN: least trusted
+    assert w[3] > w[4] > w[5]
+
+
+def _batch_with_anchor_groups(wm_var, n_groups=8, size=8, anchor_groups=2, seed=17):
+    gen = torch.Generator().manual_seed(seed)
+    reward = torch.rand(n_groups, size, generator=gen) * 0.6 + 0.2  # rewards spread s_g ≈ 0.17 per group
+    groups = torch.arange(n_groups).repeat_interleave(size)
+    is_real = groups < anchor_groups
+    return reward.flatten(), groups, is_real, torch.where(is_real, float("nan"), wm_var)
+
+
+def test_anchors_no_longer_dominate_the_gradient_at_wm_variance_0_01():
+    reward, groups, is_real, var = _batch_with_anchor_groups(0.01)
+    adv = group_advantages(reward, groups)
+    old = inverse_variance_weights(var, is_real, 0.05, 0.2, 3.0)  # the reward-scale floor
+    new = inverse_variance_weights(var, is_real, 0.05, 0.2, 3.0, group_std=group_reward_std(reward, groups))
+    # 2 of 8 groups are anchors: 25 % of the rows
+    assert weight_share(old, is_real, adv) > 0.55  # anchors carry most of the gradient
+    wm_share = weight_share(new, ~is_real, adv)
+    assert 0.68 < wm_share < 0.80  # the WM rows carry about their 75 % of the rows (0.754; was 0.41)
+    # and precision still orders them: at σ² ≈ s_g² a WM row counts about half an anchor
+    _, _, _, noisy = _batch_with_anchor_groups(0.03)
+    w = inverse_variance_weights(noisy, is_real, 0.05, 0.0, float("inf"), group_std=group_reward_std(reward, groups))
+    assert 0.35 < (w[~is_real].mean() / w[is_real].mean()).item() < 0.65
+
+
+def _monotone_pairs(n_groups, seed, size=8, noise=0.15):
+    rng = np.random.default_rng(seed)
+    wm = rng.uniform(0, 1, n_groups * size)
+    real = wm**2 + rng.normal(0, noise, len(wm))
+    return wm, real, np.repeat(np.arange(n_groups), size)
+
+
+def test_cross_fitted_s2_is_larger_than_in_sample_and_close_to_the_truth():
+    ratios = []
+    for seed in range(5):
+        wm, real, groups = _monotone_pairs(64, seed)
+        truth = within_group_residual_s2(torch.tensor(wm**2), torch.tensor(real), torch.tensor(groups))
+        in_sample = within_group_residual_s2(torch.tensor(apply_isotonic(fit_isotonic(wm, real), wm)),
+                                             torch.tensor(real), torch.tensor(groups))
+        cross = within_group_residual_s2(torch.tensor(crossfit_calibration(wm, real, groups)),
+                                         torch.tensor(real), torch.tensor(groups))
+        assert in_sample < cross, (in_sample, truth, cross)
+        ratios.append((in_sample / truth, cross / truth))
+    in_ratio, cross_ratio = np.mean(ratios, axis=0)
+    assert in_ratio < 0.93 and 0.95 < cross_ratio < 1.12, ratios
+
+
+def test_pre_update_residuals_of_the_debiaser_give_an_out_of_sample_s2():
+    """What the denoise callback can use: r̃ = real + after from Debiaser.update ("fit before these pairs")."""
+    wm, real, groups = _monotone_pairs(256, seed=18)
+    d = Debiaser("isotonic", min_pairs=16, refit_every=8, buffer_size=512)
+    prequential, in_sample, rows = [], [], []
+    for i in range(0, len(wm), 16):  # two groups of 8 anchor rows per batch
+        sl = slice(i, i + 16)
+        _, after = d.update(wm[sl], real[sl])
+        if i >= 256:  # once the map rests on enough pairs
+            prequential.append(real[sl] + after)
+            in_sample.append(d.correct(wm[sl]))  # what the callback measured: the map that just learned them
+            rows.append(np.arange(i, i + 16))
+    rows = np.concatenate(rows)
+    g, r = torch.tensor(groups[rows]), torch.tensor(real[rows])
+    truth = within_group_residual_s2(torch.tensor(wm[rows] ** 2), r, g)
+    pre = within_group_residual_s2(torch.tensor(np.concatenate(prequential)), r, g)
+    ins = within_group_residual_s2(torch.tensor(np.concatenate(in_sample)), r, g)
+    assert ins < pre and pre == pytest.approx(truth, rel=0.12), (ins, pre, truth)
