@@ -74,8 +74,10 @@ def test_fidelity_measures():
 def test_adaptive_rate_is_bounded_and_falls_as_the_world_model_improves():
     lo, hi = 0.05, 0.5
     assert adaptive_anchor_rate({"pairs": 3, "spearman": 1.0, "mae": 0.0, "coverage": 1.0}, lo, hi) == hi  # unmeasured
-    assert adaptive_anchor_rate({"pairs": 64, "spearman": 1.0, "mae": 0.0, "coverage": 0.95}, lo, hi) == pytest.approx(lo)
-    assert adaptive_anchor_rate({"pairs": 64, "spearman": -0.3, "mae": 0.4, "coverage": 0.2}, lo, hi) == pytest.approx(hi)
+    perfect = {"pairs": 64, "spearman": 1.0, "mae": 0.0, "coverage": 0.95}
+    useless = {"pairs": 64, "spearman": -0.3, "mae": 0.4, "coverage": 0.2}
+    assert adaptive_anchor_rate(perfect, lo, hi) == pytest.approx(lo)
+    assert adaptive_anchor_rate(useless, lo, hi) == pytest.approx(hi)
     grid = np.linspace(0, 1, 11)
     for key, values, better in (("spearman", grid, 1), ("mae", grid * 0.3, -1), ("coverage", grid, 1)):
         base = {"pairs": 64, "spearman": 0.7, "mae": 0.05, "coverage": 0.9}

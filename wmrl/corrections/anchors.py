@@ -109,7 +109,8 @@ def adaptive_anchor_rate(fidelity: dict, rate_min: float, rate_max: float, mae_s
     when unknown (NaN). With fewer than `min_pairs` pairs, or ρ / MAE unknown, q = 0 (rate_max):
     the WM is trusted only once it has been measured.
     """
-    rho, mae, cov = fidelity.get("spearman", math.nan), fidelity.get("mae", math.nan), fidelity.get("coverage", math.nan)
+    rho, mae = fidelity.get("spearman", math.nan), fidelity.get("mae", math.nan)
+    cov = fidelity.get("coverage", math.nan)
     if fidelity.get("pairs", 0) < min_pairs or math.isnan(rho) or math.isnan(mae):
         return float(rate_max)
     q = float(np.clip(rho, 0, 1)) * float(np.clip(1 - mae / mae_scale, 0, 1))

@@ -11,7 +11,8 @@ import numpy as np
 from sklearn.isotonic import IsotonicRegression
 
 
-def fit_isotonic(wm: np.ndarray, real: np.ndarray, sample_weight: np.ndarray | None = None) -> tuple[list[float], list[float]]:
+def fit_isotonic(wm: np.ndarray, real: np.ndarray,
+                 sample_weight: np.ndarray | None = None) -> tuple[list[float], list[float]]:
     """Knots (x, y) of the increasing (weighted) least-squares fit of real on wm, flat beyond the data.
 
     With anchors chosen non-uniformly, `sample_weight` = 1/π (inclusion probability) makes the
@@ -94,7 +95,8 @@ class IsotonicMap:
         wm = np.asarray(wm, float)
         self.wm.extend(wm.tolist())
         self.real.extend(np.asarray(real, float).tolist())
-        self.weight.extend(np.ones(len(wm)).tolist() if sample_weight is None else np.asarray(sample_weight, float).tolist())
+        weight = np.ones(len(wm)) if sample_weight is None else np.asarray(sample_weight, float)
+        self.weight.extend(weight.tolist())
         self.new_pairs += len(wm)
         due = self.knots is None or self.new_pairs >= self.refit_every
         if len(self.wm) >= self.min_pairs and due and self.new_pairs > 0:

@@ -50,7 +50,7 @@ def inverse_variance_weights(var: torch.Tensor, is_real: torch.Tensor, sigma_flo
 
 
 def weight_share(weight: torch.Tensor, rows: torch.Tensor, advantages: torch.Tensor | None = None) -> float:
-    """Share of the policy gradient's magnitude carried by `rows`: Σ_rows w|A| / Σ w|A| (|A| = 1 without advantages)."""
+    """Share of the policy gradient's magnitude carried by `rows`: Σ_rows w|A| / Σ w|A| (|A| = 1 if not given)."""
     mass = weight.double() * (1.0 if advantages is None else advantages.double().abs())
     total = float(mass.sum())
     return float(mass[rows.bool()].sum()) / total if total > 0 else float("nan")
