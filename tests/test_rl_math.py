@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from wmrl.rl import group_advantages, policy_loss, token_entropy
+from wmrl.rl import dr_grpo_normaliser, group_advantages, policy_loss, token_entropy
 
 
 def test_group_advantages_standardise_within_each_group():
@@ -96,11 +96,27 @@ def test_grpo_and_dr_grpo_differ_on_unequal_lengths():
     mask = _tokens([[1, 0, 0, 0], [1, 1, 1, 1]])
     adv = torch.tensor([1.0, 1.0])
     grpo, _ = policy_loss(logp, logp, adv, mask, loss_type="grpo")
-    dr, _ = policy_loss(logp, logp, adv, mask, loss_type="dr_grpo")
     dr8, _ = policy_loss(logp, logp, adv, mask, loss_type="dr_grpo", max_tokens=8)
     assert grpo.item() == pytest.approx(-1.0)  # each sequence: mean of its own tokens
-    assert dr.item() == pytest.approx(-(1 / 4 + 4 / 4) / 2)  # sum / mask width
-    assert dr8.item() == pytest.approx(-(1 / 8 + 4 / 8) / 2)
+    assert dr8.item() == pytest.approx(-(1 / 8 + 4 / 8) / 2)  # sum / the constant
+
+
+def test_dr_grpo_divides_by_a_constant_not_by_the_batch_longest_completion():
+    with pytest.raises(ValueError, match="max_tokens"):
+        policy_loss(torch.zeros(1, 2), torch.zeros(1, 2), torch.tensor([1.0]), torch.ones(1, 2), loss_type="dr_grpo")
+    budget = dr_grpo_normaliser(max_new_tokens=6, turns=2)
+    assert budget == 12
+    # a short row's gradient must not depend on how long the other completions of the batch are
+    grads = []
+    for other_len in (1, 10):
+        lp = torch.zeros(2, 10, requires_grad=True)
+        mask = torch.zeros(2, 10)
+        mask[0, :2], mask[1, :other_len] = 1, 1
+        loss, _ = policy_loss(lp, lp.detach(), torch.tensor([1.0, -1.0]), mask, loss_type="dr_grpo", max_tokens=budget)
+        loss.backward()
+        grads.append(lp.grad[0, :2].clone())
+    assert torch.allclose(grads[0], grads[1])
+    assert torch.allclose(grads[0], torch.full((2,), -1.0 / 12 / 2))
 
 
 def test_weights_scale_each_sequence_and_empty_rows_do_not_dilute():
@@ -126,3 +142,34 @@ def test_token_entropy():
     logits[0, 1] = torch.tensor([100.0, 0.0, 0.0, 0.0])  # near one-hot: entropy ~ 0
     assert token_entropy(logits, _tokens([[1, 0]])).item() == pytest.approx(math.log(4))
     assert token_entropy(logits, _tokens([[1, 1]])).item() == pytest.approx(math.log(4) / 2, abs=1e-4)
+
+
+def _exact_kl_gradient(kl_ratio):
+    """E_{a~π}[∇ loss(a)] summed exactly over a 4-token vocabulary, sampled on-policy (π_old = π)."""
+    logits = torch.tensor([0.3, -0.2, 1.0, 0.0], requires_grad=True)
+    ref = torch.log_softmax(torch.tensor([0.0, 0.5, -0.5, 0.2]), 0)
+    logp = torch.log_softmax(logits, 0)
+    probs = logp.exp().detach()
+    rows = logp[:, None]  # one single-token "sequence" per action a
+    loss, _ = policy_loss(rows, rows.detach(), torch.zeros(4), torch.ones(4, 1), weight=probs * 4,
+                          ref_logprobs=ref[:, None], kl_beta=1.0, kl_ratio=kl_ratio)
+    (grad,) = torch.autograd.grad(loss, logits, retain_graph=True)
+    true_kl = (logp.exp() * (logp - ref)).sum()  # KL(π‖π_ref)
+    (true_grad,) = torch.autograd.grad(true_kl, logits)
+    return grad, true_grad
+
+
+def test_kl_times_ratio_gives_the_gradient_of_kl_to_the_reference():
+    grad, true_grad = _exact_kl_gradient(kl_ratio=True)
+    assert torch.allclose(grad, true_grad, atol=1e-6)
+    plain, _ = _exact_kl_gradient(kl_ratio=False)  # k3 alone: the gradient of the reverse KL, not ours
+    assert not torch.allclose(plain, true_grad, atol=1e-3)
+
+
+def test_kl_off_policy_is_reweighted_by_the_ratio():
+    old = torch.zeros(1, 1)
+    logp = torch.full((1, 1), math.log(1.1))  # ρ = 1.1
+    ref = torch.full((1, 1), math.log(2.0))
+    _, stats = policy_loss(logp, old, torch.tensor([0.0]), torch.ones(1, 1), ref_logprobs=ref, kl_beta=1.0)
+    delta = math.log(2.0) - math.log(1.1)
+    assert stats["kl"].item() == pytest.approx(1.1 * (math.exp(delta) - delta - 1.0))

@@ -66,16 +66,26 @@ class Debiaser:
             return [()] * n
         return [tuple(str(v) for v in k) for k in strata_keys]
 
-    def update(self, wm, real, strata_keys: Sequence[Key] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Learn from anchor pairs; returns their residuals (r̂ − r, r̃ − r) before learning."""
+    def update(self, wm, real, strata_keys: Sequence[Key] | None = None,
+               sample_weight=None) -> tuple[np.ndarray, np.ndarray]:
+        """Learn from anchor pairs; returns their residuals (r̂ − r, r̃ − r) before learning.
+
+        Each executed turn is its own pair, filed under its own stratum (see `turns.py`).
+        `sample_weight` = 1/π when anchors were chosen with inclusion probabilities π (IPW),
+        so every fit still estimates the error over all rows, not over the likely-chosen ones.
+        The residuals r̃ − r are out of sample ("fit before these pairs"): `real + after` is the
+        calibrated score to measure s² on (`within_group_residual_s2`).
+        """
         wm, real = np.asarray(wm, float), np.asarray(real, float)
+        sw = None if sample_weight is None else np.asarray(sample_weight, float)
         keys = self._keys(strata_keys, len(wm))
         before, after = wm - real, self.correct(wm, keys) - real
-        self.global_fit.update(wm, real)
+        self.global_fit.update(wm, real, sw)
         for key in dict.fromkeys(keys):
             rows = np.array([k == key for k in keys])
             if key:
-                self.strata.setdefault(key, self._new_fit(self.min_stratum_pairs)).update(wm[rows], real[rows])
+                self.strata.setdefault(key, self._new_fit(self.min_stratum_pairs)).update(
+                    wm[rows], real[rows], None if sw is None else sw[rows])
             stats = self.residuals[key]
             stats[0] += int(rows.sum())
             stats[1] += float(before[rows].sum())
@@ -94,6 +104,43 @@ class Debiaser:
             rows = np.array([k == key for k in keys])
             out[rows] = (fit.n * fit.correct(wm[rows]) + self.kappa * out[rows]) / (fit.n + self.kappa)
         return out
+
+    def slope(self, wm, strata_keys: Sequence[Key] | None = None, h: float = 0.05) -> np.ndarray:
+        """f′(r̂) by a central difference over ±h inside [0, 1] (an isotonic map is a step function,
+        so a point derivative is 0 or undefined; an offset has slope 1)."""
+        wm = np.clip(np.asarray(wm, float), 0.0, 1.0)  # an injected or extreme score still gets a two-sided difference
+        hi, lo = np.clip(wm + h, 0.0, 1.0), np.clip(wm - h, 0.0, 1.0)
+        return (self.correct(hi, strata_keys) - self.correct(lo, strata_keys)) / np.maximum(hi - lo, 1e-9)
+
+    def residual_variance(self, wm, strata_keys: Sequence[Key] | None = None) -> np.ndarray:
+        """Var[r | r̂, s]: out-of-sample scatter of real around the map in r̂'s region, per stratum
+        shrunk toward the global one like the correction: v = (n_s·v_s(r̂) + κ·v(r̂)) / (n_s + κ).
+        A stratum without its own estimate uses the global one; 0 while nothing is known (identity map)."""
+        wm = np.asarray(wm, float)
+        keys = self._keys(strata_keys, len(wm))
+        out = np.nan_to_num(self.global_fit.residual_variance(wm), nan=0.0)
+        for key in dict.fromkeys(keys):
+            fit = self.strata.get(key)
+            if fit is None or fit.n <= 0:
+                continue
+            rows = np.array([k == key for k in keys])
+            own = fit.residual_variance(wm[rows])
+            own = np.where(np.isnan(own), out[rows], own)
+            out[rows] = (fit.n * own + self.kappa * out[rows]) / (fit.n + self.kappa)
+        return out
+
+    def corrected_variance(self, wm, wm_var, strata_keys: Sequence[Key] | None = None) -> np.ndarray:
+        """Variance of a corrected WM reward as an estimate of the real one:
+
+            Var[r | r̂, s] + f′_s(r̂)²·σ²_WM
+
+        the residual scatter of real around the fitted map (out of sample, per region and stratum:
+        a flat stretch of the map is not a certain one) plus the WM's own variance through the
+        map's slope. The residual term already contains the part of the WM's noise the anchors
+        saw, so the sum errs on the side of less trust. NaN σ² (unknown) stays NaN.
+        """
+        wm, wm_var = np.asarray(wm, float), np.asarray(wm_var, float)
+        return self.residual_variance(wm, strata_keys) + self.slope(wm, strata_keys) ** 2 * wm_var
 
     def bias(self, key: Key = ()) -> float:
         """Mean amount the correction removes from a stratum's WM scores (() = the global fit)."""

@@ -1,22 +1,78 @@
 """Denoising: per-trajectory loss weights that trust a reward in proportion to its precision."""
 from __future__ import annotations
 
+import numpy as np
 import torch
+
+from wmrl.corrections.isotonic import apply_isotonic, fit_isotonic
 
 
 def inverse_variance_weights(var: torch.Tensor, is_real: torch.Tensor, sigma_floor: float, w_min: float,
-                             w_max: float, valid: torch.Tensor | None = None) -> torch.Tensor:
-    """w_i ∝ 1/(σ_i² + σ_floor²), normalised to mean 1 over valid rows, then clipped to [w_min, w_max].
+                             w_max: float, valid: torch.Tensor | None = None, group_std: torch.Tensor | None = None,
+                             adv_floor: float = 1.0) -> torch.Tensor:
+    """Per-trajectory loss weights from each reward's variance, on the scale they act on: advantages.
 
-    Real rewards (anchors, sandbox rows) carry only the real-execution noise: σ² = 0, so they sit
-    at the floor 1/σ_floor². A WM row with unknown (NaN) variance is trusted least (w_min).
-    Invalid rows get weight 0. With every row real all weights are 1.
+    A group advantage is (r_i − b_g)/s_g, so reward noise σ_i² reaches it as σ_i²/s_g²: the same
+    WM noise that is harmless in a group whose rewards spread widely reorders a near-tied group.
+    With `group_std` (s_g of each row's group, `group_reward_std`):
+
+        w_i ∝ 1 / (σ_i²/s_g² + adv_floor²)
+
+    σ_i² is the corrected variance for WM rows and `sigma_floor`² (the real-execution noise, on the
+    reward scale) for real rows. adv_floor² = 1 is the variance of a standardised advantage
+    itself: every row's gradient term carries that much sampling noise whatever its reward's
+    precision, so reward noise only costs weight once it is comparable to the group's own spread
+    (σ_i ≳ s_g). A floor on the reward scale (σ_floor² = 0.0025) instead made an anchor worth five
+    WM rows at σ² = 0.01 however wide the group's spread, and anchors took most of the gradient.
+    Rows of a tied group (s_g = 0: advantage 0) get weight 1 and stay out of the normalisation.
+
+    Without `group_std` (legacy, reward scale): w_i ∝ 1/(σ_i² + σ_floor²), real rows at σ² = 0.
+
+    Weights are normalised to mean 1 over valid rows, then clipped to [w_min, w_max]. A WM row
+    with unknown (NaN) variance is trusted least (w_min); invalid rows get 0; all-real gives 1.
     """
     valid = torch.ones_like(is_real, dtype=torch.bool) if valid is None else valid.bool()
-    var = torch.where(is_real.bool(), torch.zeros_like(var), torch.nan_to_num(var, nan=float("inf")).clamp_min(0.0))
-    precision = torch.where(valid, 1.0 / (var + sigma_floor**2), torch.zeros_like(var))
-    w = precision / precision[valid].mean() if valid.any() else precision
-    return torch.where(valid, w.clamp(w_min, w_max), torch.zeros_like(w))
+    real = is_real.bool()
+    var = torch.nan_to_num(var, nan=float("inf")).clamp_min(0.0)
+    if group_std is None:
+        var = torch.where(real, torch.zeros_like(var), var)
+        precision = 1.0 / (var + sigma_floor**2)
+        counted = valid
+    else:
+        var = torch.where(real, torch.full_like(var, sigma_floor**2), var)
+        s2 = group_std.to(var.dtype) ** 2
+        counted = valid & (s2 > 1e-12)
+        precision = torch.where(counted, 1.0 / (var / s2.clamp_min(1e-12) + adv_floor**2), torch.ones_like(var))
+    precision = torch.where(valid, precision, torch.zeros_like(precision))
+    w = precision / precision[counted].mean() if counted.any() else precision
+    w = torch.where(counted, w.clamp(w_min, w_max), torch.ones_like(w) if group_std is not None else w)
+    return torch.where(valid, w, torch.zeros_like(w))
+
+
+def weight_share(weight: torch.Tensor, rows: torch.Tensor, advantages: torch.Tensor | None = None) -> float:
+    """Share of the policy gradient's magnitude carried by `rows`: Σ_rows w|A| / Σ w|A| (|A| = 1 if not given)."""
+    mass = weight.double() * (1.0 if advantages is None else advantages.double().abs())
+    total = float(mass.sum())
+    return float(mass[rows.bool()].sum()) / total if total > 0 else float("nan")
+
+
+def crossfit_calibration(wm: np.ndarray, real: np.ndarray, group_ids: np.ndarray, folds: int = 5,
+                         sample_weight: np.ndarray | None = None) -> np.ndarray:
+    """Calibrated scores f_{-k}(r̂_i), each from an isotonic map fitted without i's fold of groups.
+
+    Folds are made of whole groups, so a group's within-group residual is measured by a map that
+    never saw any of its pairs. Feed the result to `within_group_residual_s2` for a cross-fitted s².
+    """
+    wm, real = np.asarray(wm, float), np.asarray(real, float)
+    _, g = np.unique(np.asarray(group_ids), return_inverse=True)
+    k = int(min(max(2, folds), g.max() + 1))
+    fold = g % k
+    sw = np.ones(len(wm)) if sample_weight is None else np.asarray(sample_weight, float)
+    out = np.empty(len(wm))
+    for f in range(k):
+        test = fold == f
+        out[test] = apply_isotonic(fit_isotonic(wm[~test], real[~test], sw[~test]), wm[test])
+    return out
 
 
 def within_group_residual_s2(calibrated: torch.Tensor, real: torch.Tensor, group_ids: torch.Tensor) -> float | None:
@@ -24,6 +80,9 @@ def within_group_residual_s2(calibrated: torch.Tensor, real: torch.Tensor, group
 
     Only within-group differences reach a GRPO advantage, so the WM's error is measured after
     removing each group's mean, relative to the real scores' own within-group variance.
+    r̃ must come from a map fitted WITHOUT these pairs, else s² is the fit's training error (too
+    small): the pre-update residuals of `Debiaser.update` (r̃ = real + after, "fit before these
+    pairs") or `crossfit_calibration` (K-fold by group).
     None when the real scores do not vary inside any group (nothing to normalise by).
     """
     _, g = torch.unique(group_ids, return_inverse=True)

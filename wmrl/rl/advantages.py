@@ -49,3 +49,16 @@ def group_advantages(
     else:
         adv = centred
     return torch.where(valid & (group_std > eps), adv, torch.zeros_like(adv))
+
+
+def group_reward_std(reward: torch.Tensor, group_ids: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+    """s_g per row: the population std of the valid rewards of the row's group (0 for a tied group),
+    the scale a group advantage divides by; denoising weights use it (`inverse_variance_weights`)."""
+    valid = torch.ones_like(reward, dtype=torch.bool) if valid is None else valid.bool()
+    w = valid.to(reward.dtype)
+    r = torch.where(valid, reward, torch.zeros_like(reward))
+    _, g = torch.unique(group_ids, return_inverse=True)
+    n_groups = int(g.max()) + 1 if g.numel() else 0
+    count = _group_sum(w, g, n_groups).clamp_min(1.0)
+    centred = r - (_group_sum(w * r, g, n_groups) / count)[g]
+    return (_group_sum(w * centred**2, g, n_groups) / count).sqrt()[g]

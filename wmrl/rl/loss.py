@@ -21,14 +21,20 @@ def policy_loss(
     ref_logprobs: torch.Tensor | None = None,
     kl_beta: float = 0.0,
     max_tokens: int | None = None,
+    kl_ratio: bool = True,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO-clipped surrogate on every generated token, reduced per sequence, then over sequences.
 
     Per token: -min(ρ·A, clip(ρ, 1-ε, 1+ε)·A) with ρ = exp(logπ - logπ_old), plus
-    kl_beta · k3(π‖π_ref) when a reference is given (k3 = e^{Δ} - Δ - 1, Δ = logπ_ref - logπ;
-    unbiased and always ≥ 0). Per sequence: "grpo" averages over its own generated tokens,
+    kl_beta · ρ · k3(π‖π_ref) when a reference is given (k3 = e^{Δ} - Δ - 1, Δ = logπ_ref - logπ,
+    always ≥ 0). The tokens were sampled from π_old, so E_{π_old}[ρ·k3] = KL(π‖π_ref), and its
+    gradient ρ·(logπ - logπ_ref)·∇logπ is the true gradient of KL(π‖π_ref) even on-policy;
+    without ρ (`kl_ratio=False`, TRL's `use_bias_correction_kl=False`) the gradient of E[k3] is
+    that of the reverse KL(π_ref‖π). Per sequence: "grpo" averages over its own generated tokens,
     so long sequences count no more than short ones; "dr_grpo" sums and divides by one constant
-    (`max_tokens`, else the mask width), removing GRPO's length bias. Each sequence's loss is
+    `max_tokens` (the generation budget, `dr_grpo_normaliser`), removing GRPO's length bias; a
+    batch-dependent divisor (its longest completion) would rescale every step differently, so it
+    is required. Each sequence's loss is
     multiplied by its `weight` (denoising); the loss is the mean over sequences that have at least
     one generated token (rows dropped with an empty mask do not dilute it).
 
@@ -38,6 +44,8 @@ def policy_loss(
     """
     if loss_type not in LOSS_TYPES:
         raise ValueError(f"loss_type must be one of {LOSS_TYPES}; got {loss_type!r}")
+    if loss_type == "dr_grpo" and not max_tokens:
+        raise ValueError("dr_grpo needs max_tokens, a constant (max_new_tokens × turns: dr_grpo_normaliser)")
     mask = loss_mask.to(logprobs.dtype)
     log_ratio = (logprobs - old_logprobs) * mask  # padding may hold arbitrary log-probs; exp(0) = 1 there
     ratio = log_ratio.exp()
@@ -49,12 +57,14 @@ def policy_loss(
     if ref_logprobs is not None:
         delta = (ref_logprobs - logprobs) * mask
         kl = delta.exp() - delta - 1.0
+        if kl_ratio:
+            kl = kl * ratio
         per_token = per_token + kl_beta * kl
 
     if loss_type == "grpo":
         per_seq = (per_token * mask).sum(1) / mask.sum(1).clamp_min(1.0)
     else:
-        per_seq = (per_token * mask).sum(1) / float(max_tokens or mask.shape[1])
+        per_seq = (per_token * mask).sum(1) / float(max_tokens)
     if weight is not None:
         per_seq = per_seq * weight.to(per_seq.dtype)
     has_tokens = (mask.sum(1) > 0).to(per_seq.dtype)
@@ -69,6 +79,11 @@ def policy_loss(
             "kl": _masked_mean(kl.detach(), mask),
         }
     return loss, stats
+
+
+def dr_grpo_normaliser(max_new_tokens: int, turns: int) -> int:
+    """Dr. GRPO's constant divisor: the most tokens a trajectory can generate (all its turns)."""
+    return int(max_new_tokens) * max(1, int(turns))
 
 
 def token_entropy(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,87 @@
+"""A reward-hacking guard: catch an action class whose world-model reward over-rates real results.
+
+A policy that learns the learned reward instead of research drifts toward what the WM over-rates;
+on anchors that shows up first as a growing gap between the WM's and the real reward of one
+class. Per class the guard keeps an exponentially weighted running gap d = r̂ − r (the WM reward
+the policy is trained on: corrected when debiasing is on, raw otherwise) with a normal interval.
+"""
+from __future__ import annotations
+
+import math
+from typing import Iterable, Sequence
+
+import numpy as np
+
+
+class RewardHackingGuard:
+    """Per class c, over its anchor pairs with weights λ^age (λ = 0.5^(1/half_life)):
+
+        m_c = Σ λ^age d / Σ λ^age,  v_c = weighted variance of d,
+        n_eff = (Σ λ^age)² / Σ λ^(2·age),  se_c = √(v_c / n_eff),  interval m_c ± z·se_c.
+
+    Flag c once it rests on ≥ `min_pairs` pairs and m_c − z·se_c > `threshold` (the WM over-rates it
+    by more than the threshold, beyond doubt); unflag once m_c + z·se_c < `threshold` (the whole
+    interval is back below it). The gap between the two conditions is the hysteresis: a class
+    whose gap sits near the threshold does not flip every step. A flagged class's groups go to
+    real execution, which brings its pairs in fast, so the gap is re-measured quickly.
+    """
+
+    def __init__(self, threshold: float = 0.1, half_life: float = 64.0, z: float = 1.96, min_pairs: int = 8):
+        self.threshold, self.half_life, self.z, self.min_pairs = threshold, half_life, z, min_pairs
+        self.decay = 0.5 ** (1.0 / half_life) if math.isfinite(half_life) else 1.0
+        self.stats: dict[str, list[float]] = {}  # class -> [Σw, Σw·d, Σw·d², Σw², pairs]
+        self.flagged: set[str] = set()
+
+    def update(self, classes: Sequence[str], wm: np.ndarray, real: np.ndarray) -> set[str]:
+        """Learn from anchor pairs (one class per pair, in arrival order); returns the flagged classes."""
+        gap = np.asarray(wm, float) - np.asarray(real, float)
+        classes = [str(c) for c in classes]
+        for cls in dict.fromkeys(classes):
+            d = gap[[c == cls for c in classes]]
+            age_w = self.decay ** np.arange(len(d))[::-1]
+            keep = self.decay ** len(d)
+            s = self.stats.setdefault(cls, [0.0, 0.0, 0.0, 0.0, 0.0])
+            s[0] = keep * s[0] + float(age_w.sum())
+            s[1] = keep * s[1] + float((age_w * d).sum())
+            s[2] = keep * s[2] + float((age_w * d**2).sum())
+            s[3] = keep**2 * s[3] + float((age_w**2).sum())
+            s[4] += len(d)
+            _, lo, hi = self.interval(cls)
+            if cls not in self.flagged and s[4] >= self.min_pairs and lo > self.threshold:
+                self.flagged.add(cls)
+            elif cls in self.flagged and hi < self.threshold:
+                self.flagged.discard(cls)
+        return set(self.flagged)
+
+    def interval(self, cls: str) -> tuple[float, float, float]:
+        """(gap, lower, upper) of the class's running WM − real gap; NaNs for a class never seen,
+        an infinite interval below 2 effective pairs."""
+        s = self.stats.get(str(cls))
+        if s is None or s[0] <= 0:
+            return math.nan, math.nan, math.nan
+        mean = s[1] / s[0]
+        n_eff = s[0] ** 2 / s[3]
+        if n_eff < 2:
+            return mean, -math.inf, math.inf
+        var = max(s[2] / s[0] - mean**2, 0.0) * n_eff / (n_eff - 1.0)
+        half = self.z * math.sqrt(var / n_eff)
+        return mean, mean - half, mean + half
+
+    def route_real(self, classes: Iterable[str]) -> np.ndarray:
+        """True for rows whose class is flagged: they go to real execution."""
+        return np.array([str(c) in self.flagged for c in classes], dtype=bool)
+
+    def metrics(self) -> dict[str, float]:
+        """guard/flagged (count), guard/gap/<class> and guard/gap_lower/<class> for logging."""
+        out = {"guard/flagged": float(len(self.flagged))}
+        for cls in sorted(self.stats):
+            gap, lo, _ = self.interval(cls)
+            out[f"guard/gap/{cls}"], out[f"guard/gap_lower/{cls}"] = gap, lo
+        return out
+
+    def state_dict(self) -> dict:
+        return {"stats": {c: list(s) for c, s in self.stats.items()}, "flagged": sorted(self.flagged)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.stats = {str(c): [float(v) for v in s] for c, s in state["stats"].items()}
+        self.flagged = set(state["flagged"])
