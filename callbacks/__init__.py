@@ -19,12 +19,13 @@ __all__ = ["CostCallback", "DebiasCallback", "DenoiseCallback", "EvaluationCallb
 
 def correction_callbacks(cfg: Any) -> tuple[Debiaser | None, list[Callback]]:
     """The `callbacks` config section as (the debiaser, the correction callbacks in the order they
-    must run: debias, then denoise). The one debiaser is shared by both callbacks and is what the
-    environment uses to correct the score it shows the agent."""
+    must run: debias, then denoise). The debias callback trains the debiaser; the environment uses
+    the same one for the score it shows the agent; denoising reads what debiasing wrote into the
+    batch (`reward_var`, `wm_corrected`)."""
     debiaser = Debiaser.from_config(cfg.debias) if cfg.debias is not None else None
     out: list[Callback] = []
     if debiaser is not None:
         out.append(DebiasCallback(debiaser))
     if cfg.denoise is not None:
-        out.append(DenoiseCallback.from_config(cfg.denoise, debiaser))
+        out.append(DenoiseCallback.from_config(cfg.denoise))
     return debiaser, out

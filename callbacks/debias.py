@@ -8,7 +8,7 @@ import torch
 from lightning.pytorch import Callback
 from lightning.pytorch.loggers import MLFlowLogger
 
-from wmrl.corrections import Debiaser
+from wmrl.corrections import Debiaser, aggregate_turns, best_turn, correct_turns, turn_pairs
 from wmrl.rollout import RolloutBatch
 
 
@@ -30,28 +30,33 @@ class DebiasCallback(Callback):
         self.batches = 0
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: RolloutBatch, batch_idx: int) -> None:
-        keys = self.debiaser.keys_of(batch.strata, len(batch))
-        idx, wm, real = batch.anchor_pairs
-        before, after = self.debiaser.update(wm.detach().cpu().numpy(), real.detach().cpu().numpy(),
-                                             None if keys is None else [keys[i] for i in idx.tolist()])
-        rows = torch.nonzero(batch.wm_only).flatten()
-        if len(rows):
-            corrected = self.debiaser.correct(batch.wm_reward[rows].detach().cpu().numpy(),
-                                              None if keys is None else [keys[i] for i in rows.tolist()])
-            reward = batch.reward.clone()  # never write through an alias of wm_reward
-            reward[rows] = torch.as_tensor(corrected, dtype=reward.dtype, device=reward.device)
-            batch.reward = reward
-            # the variance of a corrected score is the WM's variance times the map's local slope squared:
-            # where the map flattens, WM noise no longer reaches the reward (denoising reads this)
-            if self.debiaser.method == "isotonic":  # an offset is a shift: slope 1
-                slope = self.local_slope(batch.wm_reward[rows].detach().cpu().numpy(),
-                                         None if keys is None else [keys[i] for i in rows.tolist()])
-                var = batch.reward_var.clone()
-                var[rows] = batch.wm_var[rows] * torch.as_tensor(slope**2, dtype=var.dtype, device=var.device)
-                batch.reward_var = var
+        d = self.debiaser
+        wm = batch.turn_wm_reward.detach().cpu().numpy()
+        wm_var = batch.turn_wm_var.detach().cpu().numpy()
+        real = batch.turn_real_reward.detach().cpu().numpy()
+        keys = self.turn_keys(batch)
+        anchors = (batch.is_anchor & batch.valid).cpu().numpy()
+        # anchors' corrected scores under the fit *before* their own pairs: out of sample, for fidelity,
+        # denoising's s² and the guard
+        before_fit, _ = correct_turns(d, wm[anchors], _rows(keys, anchors))
+        # every executed anchor turn is its own pair, filed under its own turn's stratum, weighted 1/p
+        pairs = turn_pairs(wm[anchors], real[anchors], _rows(keys, anchors),
+                           1.0 / batch.anchor_prob.detach().cpu().numpy()[anchors])
+        before, after = d.update(pairs[0], pairs[1], pairs[2], sample_weight=pairs[3])
+        # each turn corrected in its own stratum, then the max: the trajectory's corrected WM score
+        corrected, corrected_var = correct_turns(d, wm, keys, wm_var)
+        score, best = aggregate_turns(corrected), best_turn(corrected)
+        score[anchors] = aggregate_turns(before_fit)
+        var = np.where(best >= 0, corrected_var[np.arange(len(best)), np.maximum(best, 0)], np.nan)
+        like = batch.reward
+        batch.wm_corrected = torch.as_tensor(score, dtype=like.dtype, device=like.device)
+        rows = batch.wm_only
+        # new tensors, never writes through an alias of wm_reward
+        batch.reward = torch.where(rows, batch.wm_corrected, batch.reward)
+        batch.reward_var = torch.where(rows, torch.as_tensor(var, dtype=like.dtype, device=like.device), batch.reward_var)
 
-        metrics = {"debias/pairs": float(self.debiaser.pairs), "debias/bias_global": self.debiaser.bias(),
-                   "debias/strata": float(sum(fit.n > 0 for fit in self.debiaser.strata.values()))}
+        metrics = {"debias/pairs": float(d.pairs), "debias/bias_global": d.bias(),
+                   "debias/strata": float(sum(fit.n > 0 for fit in d.strata.values()))}
         if len(before):
             metrics["debias/mae_before"] = float(np.abs(before).mean())
             metrics["debias/mae_after"] = float(np.abs(after).mean())
@@ -61,11 +66,16 @@ class DebiasCallback(Callback):
         if self.table_every and self.batches % self.table_every == 0:
             self.save_table(trainer)
 
-    def local_slope(self, wm: np.ndarray, keys: list[tuple] | None, h: float = 0.05) -> np.ndarray:
-        """d(corrected)/d(wm) by a central difference over ±h (the isotonic map is a step function)."""
-        wm = np.clip(wm, 0.0, 1.0)  # an injected or extreme score still gets a two-sided difference
-        hi, lo = np.clip(wm + h, 0.0, 1.0), np.clip(wm - h, 0.0, 1.0)
-        return (self.debiaser.correct(hi, keys) - self.debiaser.correct(lo, keys)) / np.maximum(hi - lo, 1e-9)
+    def turn_keys(self, batch: RolloutBatch) -> list[list[tuple]] | None:
+        """Each turn's stratum key [N][K]; None for one global fit."""
+        by = self.debiaser.stratify_by
+        if not by:
+            return None
+        missing = [k for k in by if k not in batch.turn_strata]
+        if missing:
+            raise KeyError(f"debias.stratify_by needs strata {missing}; the batch has {sorted(batch.turn_strata)}")
+        cols = [batch.turn_strata[k] for k in by]
+        return [[tuple(col[i][t] for col in cols) for t in range(len(cols[0][i]))] for i in range(len(batch))]
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self.save_table(trainer)
@@ -88,3 +98,7 @@ class DebiasCallback(Callback):
     def load_state_dict(self, state_dict: dict) -> None:
         self.debiaser.load_state_dict(state_dict["debiaser"])
         self.batches = int(state_dict["batches"])
+
+
+def _rows(keys: list | None, mask: np.ndarray) -> list | None:
+    return None if keys is None else [k for k, m in zip(keys, mask) if m]

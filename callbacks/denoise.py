@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from lightning.pytorch import Callback
 
-from wmrl.corrections import Debiaser, anchor_upweight_weights, inverse_variance_weights, within_group_residual_s2
+from wmrl.corrections import anchor_upweight_weights, inverse_variance_weights, within_group_residual_s2
+from wmrl.rl import group_reward_std
 from wmrl.rollout import SOURCE_REAL, RolloutBatch
 
 METHODS = ("anchor_upweight", "inverse_variance")
@@ -16,49 +16,42 @@ class DenoiseCallback(Callback):
     """Sets `batch.weight` before the loss; the module then uses it for the weighted group
     baseline and multiplies each trajectory's loss by it.
 
-    inverse_variance: w ∝ 1/(σ² + σ_floor²) from the variance of each training reward
-    (`batch.reward_var`: the corrected one when debiasing ran first), real rewards at the floor.
+    inverse_variance: weights on the scale they act on, advantages: w ∝ 1/(σ²/s_g² + 1) with σ² the
+    variance of each training reward (`batch.reward_var`: the corrected one when debiasing ran
+    first; real rewards at σ_floor²) and s_g its group's reward std (after debiasing).
     anchor_upweight (the paper): anchor trajectories get clip(1 + c·s², 1, w_max), s² an EMA of
-    the within-group residual of calibrated WM scores on anchors; calibration is `debiaser`, the
-    one the debias callback trains (in-sample: it has just learned these pairs), else the raw
-    WM score.
+    the within-group residual of calibrated WM scores on anchors, calibrated out of sample
+    (`batch.wm_corrected`: the debias fit before those anchors' pairs; the raw score without it).
 
     Logs denoise/weight_mean, denoise/weight_min, denoise/weight_max (valid rows) and, for
     anchor_upweight, denoise/s2.
     """
 
-    def __init__(self, *, method: str, c: float, ema: float, sigma_floor: float, w_min: float, w_max: float,
-                 debiaser: Debiaser | None):
+    def __init__(self, *, method: str, c: float, ema: float, sigma_floor: float, w_min: float, w_max: float):
         if method not in METHODS:
             raise ValueError(f"denoise method must be one of {METHODS}; got {method!r}")
         self.method, self.c, self.ema = method, c, ema
         self.sigma_floor, self.w_min, self.w_max = sigma_floor, w_min, w_max
-        self.debiaser = debiaser
         self.s2: float | None = None  # anchor_upweight: None until a batch had anchors with varying real rewards
 
     @classmethod
-    def from_config(cls, cfg: Any, debiaser: Debiaser | None) -> "DenoiseCallback":
+    def from_config(cls, cfg: Any) -> "DenoiseCallback":
         """From the `callbacks.denoise` section (the schema holds the defaults)."""
-        return cls(method=cfg.method, c=cfg.c, ema=cfg.ema, sigma_floor=cfg.sigma_floor, w_min=cfg.w_min, w_max=cfg.w_max,
-                   debiaser=debiaser)
+        return cls(method=cfg.method, c=cfg.c, ema=cfg.ema, sigma_floor=cfg.sigma_floor, w_min=cfg.w_min, w_max=cfg.w_max)
 
     def update_s2(self, batch: RolloutBatch) -> None:
         idx, wm, real = batch.anchor_pairs
         if not len(idx):
             return
-        calibrated = wm
-        if self.debiaser is not None:
-            rows = idx.tolist()
-            keys = self.debiaser.keys_of({k: [v[i] for i in rows] for k, v in batch.strata.items()}, len(rows))
-            calibrated = torch.as_tensor(self.debiaser.correct(wm.cpu().numpy(), keys), dtype=wm.dtype)
-        s2 = within_group_residual_s2(calibrated.cpu(), real.cpu(), batch.group_ids[idx].cpu())
+        s2 = within_group_residual_s2(batch.wm_corrected[idx].cpu(), real.cpu(), batch.group_ids[idx].cpu())
         if s2 is not None:
             self.s2 = s2 if self.s2 is None else self.ema * self.s2 + (1.0 - self.ema) * s2
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: RolloutBatch, batch_idx: int) -> None:
         if self.method == "inverse_variance":
             w = inverse_variance_weights(batch.reward_var, batch.source == SOURCE_REAL, self.sigma_floor,
-                                         self.w_min, self.w_max, batch.valid)
+                                         self.w_min, self.w_max, batch.valid,
+                                         group_std=group_reward_std(batch.reward, batch.group_ids, batch.valid))
         else:
             self.update_s2(batch)
             w = anchor_upweight_weights(batch.is_anchor, self.s2 or 0.0, self.c, self.w_max, batch.valid)

@@ -45,9 +45,9 @@ def biased_batch(seed=0, anchor_groups=(0,), groups=3, valid=None):
     return make_batch(real, wm, var, classes, set(anchor_groups), valid=valid)
 
 
-def denoise_callback(debiaser=None, **overrides) -> DenoiseCallback:
+def denoise_callback(**overrides) -> DenoiseCallback:
     """A DenoiseCallback with the schema's defaults but `overrides`."""
-    return DenoiseCallback.from_config(DenoiseConfig(**overrides), debiaser)
+    return DenoiseCallback.from_config(DenoiseConfig(**overrides))
 
 
 class Recorder:
@@ -121,10 +121,10 @@ def test_denoise_inverse_variance_sets_weights():
     batch = biased_batch(seed=3, valid=[True] * 11 + [False])
     cb.on_train_batch_start(trainer_stub([cb]), rec, batch, 0)
     w = batch.weight
-    assert torch.all(w[:4] == w[:11].max())  # anchors: real rewards at the noise floor
-    wm_rows = torch.arange(4, 11)
-    order = torch.argsort(batch.wm_var[wm_rows])
-    assert torch.all(torch.diff(w[wm_rows][order]) <= 1e-6)  # more WM variance, less weight
+    assert torch.allclose(w[:4], w[0].expand(4))  # one anchor group: equal real-execution noise, equal weight
+    for group in (torch.arange(4, 8), torch.arange(8, 11)):  # within a group (one s_g): more variance, less weight
+        order = torch.argsort(batch.reward_var[group])
+        assert torch.all(torch.diff(w[group][order]) <= 1e-6)
     assert w[11] == 0.0 and w[:11].min() >= 0.2 and w[:11].max() <= 3.0
     assert set(rec.logged) == {"denoise/weight_mean", "denoise/weight_min", "denoise/weight_max"}
 
@@ -132,7 +132,7 @@ def test_denoise_inverse_variance_sets_weights():
 def test_denoise_anchor_upweight_uses_the_calibrated_residual():
     debias = warmed_debias("offset")
     raw = denoise_callback(method="anchor_upweight", c=1.0, ema=0.5, w_max=10.0)
-    calibrated = denoise_callback(debias.debiaser, method="anchor_upweight", c=1.0, ema=0.5, w_max=10.0)
+    calibrated = denoise_callback(method="anchor_upweight", c=1.0, ema=0.5, w_max=10.0)
     for seed in range(3):
         raw.on_train_batch_start(trainer_stub([raw]), Recorder(), biased_batch(seed=10 + seed), 0)
         rec = Recorder()
@@ -157,10 +157,10 @@ def _through_checkpoint(state):
 @pytest.mark.parametrize("method", ["offset", "isotonic"])
 def test_callback_state_survives_a_checkpoint_round_trip(method):
     debias = warmed_debias(method)
-    denoise = denoise_callback(debias.debiaser, method="anchor_upweight")
+    denoise = denoise_callback(method="anchor_upweight")
     denoise.on_train_batch_start(trainer_stub([debias, denoise]), Recorder(), biased_batch(seed=20), 0)
     fresh_debias = DebiasCallback(Debiaser(method, ["action_class"], kappa=1.0, min_pairs=4, half_life=float("inf")))
-    fresh_denoise = denoise_callback(fresh_debias.debiaser, method="anchor_upweight")
+    fresh_denoise = denoise_callback(method="anchor_upweight")
     fresh_debias.load_state_dict(_through_checkpoint(debias.state_dict()))
     fresh_denoise.load_state_dict(_through_checkpoint(denoise.state_dict()))
     a, b = biased_batch(seed=21), biased_batch(seed=21)
@@ -190,10 +190,9 @@ def test_from_config_builds_the_configured_callbacks_in_order():
     assert isinstance(debias, DebiasCallback) and debias.debiaser is debiaser and debiaser.method == "offset"
     assert debiaser.stratify_by == ("action_class",)
     assert isinstance(denoise, DenoiseCallback) and denoise.method == "anchor_upweight"
-    assert denoise.debiaser is debiaser  # shared by construction: denoising calibrates with the same fit
     assert correction_callbacks(load_config(["experiment=wm_raw"]).callbacks) == (None, [])
     debiaser, (denoise,) = correction_callbacks(load_config(["experiment=wmrl_no_debias"]).callbacks)
-    assert debiaser is None and denoise.debiaser is None
+    assert debiaser is None and isinstance(denoise, DenoiseCallback)
 
 
 def test_callbacks_inside_a_real_lightning_trainer(tmp_path):
@@ -251,4 +250,31 @@ def test_debias_passes_the_variance_through_the_map():
     batch = biased_batch()
     before = batch.reward_var.clone()
     offset.on_train_batch_start(trainer_stub([offset]), Recorder(), batch, 0)
-    assert torch.allclose(batch.reward_var, before)  # a shift has slope 1
+    wm_rows = batch.wm_only
+    added = batch.reward_var[wm_rows] - before[wm_rows]  # a shift has slope 1: the WM's variance passes as is,
+    assert torch.all(added >= 0) and torch.allclose(added, added[0].expand_as(added))  # plus the error's scatter
+
+
+def test_each_turn_is_corrected_in_its_own_class_before_the_max():
+    """Turn 1 wrote a linear model (WM 0.6, honest), turn 2 a forest (WM 0.8, overrated by 0.3). The
+    trajectory's corrected reward is max(0.6, 0.5) = 0.6, not f_forest(max) = 0.5; and each executed
+    turn of an anchor is its own pair, filed under its own class."""
+    from wmrl.outcome import Outcome, Status
+    from wmrl.rollout import Judgement, Trajectory, Turn, make_batch
+
+    def traj(group, wms, classes, reals=None):
+        turns = []
+        for k, (w, c) in enumerate(zip(wms, classes)):
+            real = None if reals is None else Outcome("wine", Status.VALID, reward=reals[k], pos=2 * reals[k] - 1)
+            turns.append(Turn("p", c, Judgement(real=real, wm_reward=w, wm_var=0.001, wm_status="valid")))
+        return Trajectory("wine", group, [1, 2], [0, 1], [0.0, -1.0], turns=turns, executed=reals is not None,
+                          scored=True)
+
+    cb = DebiasCallback(Debiaser("offset", ["action_class"], kappa=0.01, half_life=float("inf")))
+    anchors = [traj(0, [0.9, 0.65], ["forest", "linear"], reals=[0.6, 0.65]) for _ in range(4)]
+    cb.on_train_batch_start(trainer_stub([cb]), Recorder(), make_batch(anchors, 0, 8), 0)
+    assert cb.debiaser.pairs == 8  # two turns per anchor, each its own pair
+    assert cb.debiaser.correct([0.8], [("forest",)])[0] == pytest.approx(0.5, abs=1e-3)
+    batch = make_batch([traj(0, [0.6, 0.8], ["linear", "forest"])], 0, 8)
+    cb.on_train_batch_start(trainer_stub([cb]), Recorder(), batch, 1)
+    assert batch.reward[0].item() == pytest.approx(0.6, abs=1e-3)

@@ -131,7 +131,7 @@ def test_every_preset_builds_the_parts_it_names(name, tmp_path, session_cache):
         assert parts.env.sandbox is parts.sandbox and parts.env.wm is parts.world_model
         assert parts.env.correction is parts.debiaser
         for cb in parts.callbacks:
-            if isinstance(cb, (DebiasCallback, DenoiseCallback)):
+            if isinstance(cb, DebiasCallback):
                 assert cb.debiaser is parts.debiaser
         assert parts.module.policy is parts.policy and parts.rollout.generator.model is parts.policy
         assert parts.data.steps == cfg.rl.steps and parts.suite.train_tasks() and parts.suite.eval_tasks()

@@ -121,6 +121,7 @@ def build(cfg: DictConfig, run_dir: Path, suite, wrap_world_model: Callable[[Wor
     from wmrl.evaluate import Evaluator
     from wmrl.generation import WeightSync, make_generator
     from wmrl.module import WMRLModule
+    from wmrl.rl import dr_grpo_normaliser
     from wmrl.rollout import Rollout, Sampling
     from wmrl.sandbox import make_sandbox
 
@@ -147,7 +148,7 @@ def build(cfg: DictConfig, run_dir: Path, suite, wrap_world_model: Callable[[Wor
     data = RolloutDataModule(rollout, sync, train_tasks, cfg.rollout.groups_per_step, cfg.rollout.group_size,
                              cfg.rl.steps, cfg.seed, async_anchors=cfg.env.mode == "wm" and cfg.env.async_anchors)
     module = WMRLModule(policy, cfg.rl, cfg.generation.temperature, cfg.seed,
-                        max_completion_tokens=cfg.generation.max_new_tokens * cfg.rollout.turns)
+                        max_completion_tokens=dr_grpo_normaliser(cfg.generation.max_new_tokens, cfg.rollout.turns))
     if world_model is not None:
         callbacks.append(WorldModelCallback(world_model, suite, anchor_log=run_dir / "anchor_pairs.jsonl"))
     cost = CostCallback()

@@ -43,10 +43,24 @@ class RolloutBatch:
     turn_wm_var: torch.Tensor | None = None  # [N, K] float; NaN where not scored
     turn_real_reward: torch.Tensor | None = None  # [N, K] float; NaN where not executed (or infra_error)
     turn_strata: dict[str, list[list[str]]] = field(default_factory=dict)  # key -> [N][K]; status: WM's if scored
+    wm_corrected: torch.Tensor | None = None  # [N] WM score after debiasing (anchors: by the fit before their
+    #   own pairs, so out of sample); = wm_reward until a debias callback sets it
+    anchor_prob: torch.Tensor | None = None  # [N] probability the row was chosen as an anchor (IPW weight 1/p)
     records: list[TrajectoryRecord] = field(default_factory=list)  # per-trajectory, token-free
     step: int = 0  # the training step (0-based) the batch was collected for
     collected_at: float = 0.0  # time.perf_counter() when collection ended (step cost accounting)
     stats: dict[str, float] = field(default_factory=dict)  # rollout-side measurements (times, counts)
+
+    def __post_init__(self) -> None:
+        """A batch built without per-turn fields is one of single-turn trajectories."""
+        if self.turn_wm_reward is None:
+            self.turn_wm_reward, self.turn_wm_var = self.wm_reward[:, None].clone(), self.wm_var[:, None].clone()
+            self.turn_real_reward = self.real_reward[:, None].clone()
+            self.turn_strata = {k: [[v] for v in col] for k, col in self.strata.items()}
+        if self.wm_corrected is None:
+            self.wm_corrected = self.wm_reward.clone()
+        if self.anchor_prob is None:
+            self.anchor_prob = torch.ones_like(self.reward)
 
     def __len__(self) -> int:
         return int(self.group_ids.shape[0])
