@@ -1,11 +1,12 @@
 """Lightning callbacks: the corrections (removing one from the config removes it from training),
-world-model training, step cost accounting and held-out evaluation."""
+world-model training, the anchor budget, step cost accounting and held-out evaluation."""
 from __future__ import annotations
 
 from typing import Any
 
 from lightning.pytorch import Callback
 
+from callbacks.budget import AnchorBudgetCallback
 from callbacks.cost import CostCallback
 from callbacks.debias import DebiasCallback
 from callbacks.denoise import DenoiseCallback
@@ -13,7 +14,7 @@ from callbacks.evaluation import EvaluationCallback
 from callbacks.world_model import WorldModelCallback
 from wmrl.corrections import Debiaser
 
-__all__ = ["CostCallback", "DebiasCallback", "DenoiseCallback", "EvaluationCallback", "WorldModelCallback",
+__all__ = ["AnchorBudgetCallback", "CostCallback", "DebiasCallback", "DenoiseCallback", "EvaluationCallback", "WorldModelCallback",
            "correction_callbacks"]
 
 

@@ -38,22 +38,22 @@ class DebiasCallback(Callback):
         anchors = (batch.is_anchor & batch.valid).cpu().numpy()
         # anchors' corrected scores under the fit *before* their own pairs: out of sample, for fidelity,
         # denoising's s² and the guard
-        before_fit, _ = correct_turns(d, wm[anchors], _rows(keys, anchors))
+        before_fit, before_var = correct_turns(d, wm[anchors], _rows(keys, anchors), wm_var[anchors])
         # every executed anchor turn is its own pair, filed under its own turn's stratum, weighted 1/p
         pairs = turn_pairs(wm[anchors], real[anchors], _rows(keys, anchors),
                            1.0 / batch.anchor_prob.detach().cpu().numpy()[anchors])
         before, after = d.update(pairs[0], pairs[1], pairs[2], sample_weight=pairs[3])
         # each turn corrected in its own stratum, then the max: the trajectory's corrected WM score
         corrected, corrected_var = correct_turns(d, wm, keys, wm_var)
-        score, best = aggregate_turns(corrected), best_turn(corrected)
-        score[anchors] = aggregate_turns(before_fit)
-        var = np.where(best >= 0, corrected_var[np.arange(len(best)), np.maximum(best, 0)], np.nan)
+        score, var = aggregate_turns(corrected), _at_best(corrected, corrected_var)
+        score[anchors], var[anchors] = aggregate_turns(before_fit), _at_best(before_fit, before_var)
         like = batch.reward
         batch.wm_corrected = torch.as_tensor(score, dtype=like.dtype, device=like.device)
+        batch.wm_corrected_var = torch.as_tensor(var, dtype=like.dtype, device=like.device)
         rows = batch.wm_only
         # new tensors, never writes through an alias of wm_reward
         batch.reward = torch.where(rows, batch.wm_corrected, batch.reward)
-        batch.reward_var = torch.where(rows, torch.as_tensor(var, dtype=like.dtype, device=like.device), batch.reward_var)
+        batch.reward_var = torch.where(rows, batch.wm_corrected_var, batch.reward_var)
 
         metrics = {"debias/pairs": float(d.pairs), "debias/bias_global": d.bias(),
                    "debias/strata": float(sum(fit.n > 0 for fit in d.strata.values()))}
@@ -102,3 +102,9 @@ class DebiasCallback(Callback):
 
 def _rows(keys: list | None, mask: np.ndarray) -> list | None:
     return None if keys is None else [k for k, m in zip(keys, mask) if m]
+
+
+def _at_best(score: np.ndarray, var: np.ndarray) -> np.ndarray:
+    """The variance of each row's best turn (the one its max-over-turns score comes from)."""
+    best = best_turn(score)
+    return np.where(best >= 0, var[np.arange(len(best)), np.maximum(best, 0)], np.nan) if len(best) else np.zeros(0)

@@ -13,7 +13,7 @@ import lightning as L
 from torch.utils.data import DataLoader, IterableDataset
 
 from wmrl.generation import WeightSync
-from wmrl.rollout import Rollout
+from wmrl.rollout.collect import Rollout
 from wmrl.seeding import stream_seed
 
 

@@ -78,7 +78,7 @@ def test_wrong_type_names_key_and_expected_type():
         load_config(["callbacks.debias.stratify_by=[color]"])
 
 
-@pytest.mark.parametrize("override", ["sandbox.backend=ray", "env.anchor_selection=uncertainty"])
+@pytest.mark.parametrize("override", ["sandbox.backend=ray", "env.anchor_selection=greedy"])
 def test_a_choice_that_is_not_implemented_is_rejected_before_anything_runs(override):
     with pytest.raises(ConfigError, match="must be one of"):
         load_config([override])
@@ -114,7 +114,7 @@ def test_cli_print_config_shows_resolved_values(tmp_path):
 def test_every_preset_builds_the_parts_it_names(name, tmp_path, session_cache):
     """Not only merged YAML: the tasks, sandbox, policy, world model, callbacks and environment each
     preset makes, and that they are wired by construction (one debiaser shared by all who correct)."""
-    from callbacks import CostCallback, DebiasCallback, DenoiseCallback, EvaluationCallback, WorldModelCallback
+    from callbacks import AnchorBudgetCallback, CostCallback, DebiasCallback, DenoiseCallback, EvaluationCallback, WorldModelCallback
     from wmrl.recipe import build
     from wmrl.tasks import load_suite
 
@@ -130,6 +130,9 @@ def test_every_preset_builds_the_parts_it_names(name, tmp_path, session_cache):
         assert kinds[-2:] == [CostCallback, EvaluationCallback]  # after the corrections and world-model training
         assert parts.env.sandbox is parts.sandbox and parts.env.wm is parts.world_model
         assert parts.env.correction is parts.debiaser
+        if wm_mode:
+            budget_cb = next(c for c in parts.callbacks if isinstance(c, AnchorBudgetCallback))
+            assert budget_cb.budget is parts.env.budget  # what the callback measures sets what the env spends
         for cb in parts.callbacks:
             if isinstance(cb, DebiasCallback):
                 assert cb.debiaser is parts.debiaser

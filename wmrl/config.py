@@ -99,10 +99,18 @@ class RLConfig:
 @dataclass
 class EnvConfig:
     mode: str = opt("wm", "sandbox: every group executed | wm: world model with real anchors")
-    anchor_rate: float = opt(0.25, "wm mode: share of groups executed for real and scored by the WM")
+    anchor_rate: float = opt(0.25, "wm mode: share of groups (random) or trajectories (other selections) anchored")
     warmup_steps: int = opt(3, "wm mode: first steps executed for real to train the world model")
-    anchor_selection: str = opt("random", "how anchor groups are chosen: random")
-    async_anchors: bool = opt(True, "wm mode: anchors execute in the background and train one step later")
+    anchor_selection: str = opt("random", "random (whole groups) | uncertainty (WM variance) | advantage (|predicted A|)")
+    anchor_floor: float = opt(0.2, "uncertainty/advantage: uniform share of the inclusion probability (bounds 1/p)")
+    async_anchors: bool = opt(True, "wm mode, random anchors: execute in the background and train one step later")
+    adaptive_rate: bool = opt(False, "anchor rate from recent fidelity, between anchor_rate_min and anchor_rate_max")
+    anchor_rate_min: float = opt(0.1, "adaptive_rate: rate once the world model is good")
+    anchor_rate_max: float = opt(0.5, "adaptive_rate: rate while the world model is weak (and at the start)")
+    fidelity_window: int = opt(64, "adaptive_rate: recent anchor pairs the fidelity is measured on")
+    guard: bool = opt(True, "route an action class the WM over-rates (on anchors) to real execution")
+    guard_threshold: float = opt(0.1, "guard: flag a class whose WM - real gap's 95% lower bound exceeds this")
+    guard_half_life: float = opt(64.0, "guard: half-life of a class's running gap, in anchor pairs")
 
 
 @dataclass
@@ -303,7 +311,7 @@ CHOICES = {
     "rl.loss": ("grpo", "dr_grpo"),
     "rl.scale_rewards": ("group", "batch", "none"),
     "env.mode": ("sandbox", "wm"),
-    "env.anchor_selection": ("random",),
+    "env.anchor_selection": ("random", "uncertainty", "advantage"),
     "callbacks.debias.method": ("isotonic", "offset"),
     "callbacks.denoise.method": ("anchor_upweight", "inverse_variance"),
     "eval.split": ("test", "val"),
@@ -320,8 +328,11 @@ def _check_choices(cfg: DictConfig) -> None:
         for k in cfg.callbacks.debias.stratify_by:
             if k not in STRATA_KEYS:
                 raise ConfigError(f"callbacks.debias.stratify_by: unknown stratum {k!r}; valid: {', '.join(STRATA_KEYS)}")
-    if not 0.0 <= cfg.env.anchor_rate <= 1.0:
-        raise ConfigError(f"env.anchor_rate must be in [0, 1]; got {cfg.env.anchor_rate}")
+    for key in ("env.anchor_rate", "env.anchor_rate_min", "env.anchor_rate_max", "env.anchor_floor"):
+        if not 0.0 <= OmegaConf.select(cfg, key) <= 1.0:
+            raise ConfigError(f"{key} must be in [0, 1]; got {OmegaConf.select(cfg, key)}")
+    if cfg.env.anchor_rate_min > cfg.env.anchor_rate_max:
+        raise ConfigError(f"env.anchor_rate_min ({cfg.env.anchor_rate_min}) > env.anchor_rate_max ({cfg.env.anchor_rate_max})")
     for key in ("rollout.groups_per_step", "rollout.group_size", "rollout.turns", "rl.steps", "rl.updates_per_batch"):
         if OmegaConf.select(cfg, key) < 1:
             raise ConfigError(f"config key {key!r} must be >= 1; got {OmegaConf.select(cfg, key)}")

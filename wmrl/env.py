@@ -1,8 +1,12 @@
 """The environment router: each group of completions is judged by the real sandbox or the world model.
 
-`sandbox` mode executes everything. `wm` mode executes everything during warm-up, then sends
-`anchor_rate` of the groups to the sandbox *and* the world model (anchor pairs) and the rest to
-the world model alone, whose predicted outcome is also what the agent reads next turn.
+`sandbox` mode executes everything. `wm` mode executes everything during warm-up; afterwards
+the world model scores every group, and the anchor budget decides what is also executed for
+real (anchor pairs): whole random groups, chosen before sampling (`anchor_selection=random`), or
+single trajectories chosen after the world model scored them, by its uncertainty or by the
+advantage the update would give them, each with its inclusion probability. Trajectories of a class
+the guard flagged are executed whatever the budget. A world-model-only trajectory's next
+observation is the world model's predicted outcome.
 """
 from __future__ import annotations
 
@@ -12,13 +16,14 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-from wmrl.corrections import Debiaser
+import numpy as np
+import torch
+
+from wmrl.corrections import AnchorBudget, Debiaser
+from wmrl.rl import group_advantages
 from wmrl.outcome import Outcome, Status, render_observation
-from wmrl.rollout.types import Judgement, TurnItem
+from wmrl.rollout.types import Judgement, Trajectory, TurnItem
 from wmrl.world_model import WMQuery, WorldModel
-
-ANCHOR_SELECTIONS = ("random",)
-
 
 @dataclass
 class EnvTimes:
@@ -37,21 +42,44 @@ def choose_anchors(n_groups: int, rate: float, rng: random.Random) -> list[bool]
 
 
 class Environment:
-    """`correction`: the debiasing shared with the debias callback; when given, the score shown to
-    the agent in a predicted observation is the corrected one (its metric value follows)."""
+    """`budget`: how many and which real executions (shared with the callback that measures the
+    world model on anchors). `correction`: the debiasing shared with the debias callback; when
+    given, the score shown to the agent in a predicted observation is the corrected one (its metric
+    value follows)."""
 
-    def __init__(self, sandbox, world_model: WorldModel | None, env_cfg, suite, correction: Debiaser | None = None):
-        if env_cfg.anchor_selection not in ANCHOR_SELECTIONS:
-            raise ValueError(f"env.anchor_selection must be one of {ANCHOR_SELECTIONS}; got {env_cfg.anchor_selection!r}")
+    def __init__(self, sandbox, world_model: WorldModel | None, env_cfg, suite, budget: AnchorBudget,
+                 correction: Debiaser | None = None):
         self.sandbox, self.wm, self.cfg, self.suite = sandbox, world_model, env_cfg, suite
-        self.correction = correction
+        self.budget, self.correction = budget, correction
 
     def routing(self, n_groups: int, step: int, rng: random.Random) -> tuple[list[bool], list[bool]]:
-        """(executed, scored_by_wm) per group for this step."""
+        """(executed, scored_by_wm) per group for this step, before sampling."""
         if self.cfg.mode == "sandbox" or self.wm is None or step < self.cfg.warmup_steps:
             return [True] * n_groups, [False] * n_groups
-        anchors = choose_anchors(n_groups, self.cfg.anchor_rate, rng)
-        return anchors, [True] * n_groups
+        if self.budget.per_trajectory:  # chosen after the world model scored them
+            return [False] * n_groups, [True] * n_groups
+        return choose_anchors(n_groups, self.budget.rate, rng), [True] * n_groups
+
+    def after_scoring(self, trajs: list[Trajectory], rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """(execute now, inclusion probability) per trajectory, once the world model scored them:
+        the budget's per-trajectory anchors and the guard's flagged classes (probability 1)."""
+        n = len(trajs)
+        todo, prob = np.zeros(n, dtype=bool), np.ones(n)
+        open_ = np.array([t.scored and not t.executed and not t.deferred for t in trajs], dtype=bool)
+        if not open_.any():
+            return todo, prob
+        if self.budget.per_trajectory:
+            wm = torch.tensor([max(turn.judgement.wm_reward for turn in t.turns) for t in trajs])
+            var = np.array([t.turns[int(np.argmax([turn.judgement.wm_reward for turn in t.turns]))].judgement.wm_var
+                            for t in trajs])
+            adv = group_advantages(wm, torch.tensor([t.group for t in trajs])).numpy()
+            chosen, pi = self.budget.choose(var[open_], adv[open_], rng)
+            todo[np.flatnonzero(open_)[chosen]] = True
+            prob[open_] = pi
+        forced = self.budget.forced([[turn.action_class for turn in t.turns] for t in trajs]) & open_
+        todo |= forced
+        prob[forced] = 1.0
+        return todo, prob
 
     def judge(self, items: Sequence[TurnItem], executed: Sequence[bool], scored: Sequence[bool],
               split: str, times: EnvTimes) -> list[Judgement]:

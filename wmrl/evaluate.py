@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from wmrl.rollout import Rollout
+from wmrl.rollout.collect import Rollout
 
 
 class Evaluator:

@@ -115,14 +115,15 @@ def build(cfg: DictConfig, run_dir: Path, suite, wrap_world_model: Callable[[Wor
           progress: bool = False) -> Parts:
     """The one place the config becomes objects, around the task `suite` (`wmrl.tasks.load_suite(cfg.task)`).
     `wrap_world_model`: a scenario installed around the world model (benchmarks: a biased one)."""
-    from callbacks import CostCallback, EvaluationCallback, WorldModelCallback, correction_callbacks
+    from callbacks import AnchorBudgetCallback, CostCallback, EvaluationCallback, WorldModelCallback, correction_callbacks
+    from wmrl.corrections import AnchorBudget
     from datamodules.rollout import RolloutDataModule
     from wmrl.env import Environment
     from wmrl.evaluate import Evaluator
     from wmrl.generation import WeightSync, make_generator
     from wmrl.module import WMRLModule
     from wmrl.rl import dr_grpo_normaliser
-    from wmrl.rollout import Rollout, Sampling
+    from wmrl.rollout.collect import Rollout, Sampling
     from wmrl.sandbox import make_sandbox
 
     # policy, world model, sandbox
@@ -140,7 +141,8 @@ def build(cfg: DictConfig, run_dir: Path, suite, wrap_world_model: Callable[[Wor
     # the step's path: rollout (environment, generator) -> corrections -> policy update -> world model
     debiaser, callbacks = correction_callbacks(cfg.callbacks)
     shown_correction = debiaser if debiaser is not None and cfg.callbacks.debias.correct_observations else None
-    env = Environment(sandbox, world_model, cfg.env, suite, correction=shown_correction)
+    budget = AnchorBudget.from_config(cfg.env)
+    env = Environment(sandbox, world_model, cfg.env, suite, budget, correction=shown_correction)
     generator = make_generator(cfg.generation, policy, tok, chat.eos_ids)
     sync = WeightSync(generator, policy)
     sampling = Sampling(cfg.generation.temperature, cfg.generation.top_p, cfg.generation.max_new_tokens)
@@ -151,6 +153,7 @@ def build(cfg: DictConfig, run_dir: Path, suite, wrap_world_model: Callable[[Wor
                         max_completion_tokens=dr_grpo_normaliser(cfg.generation.max_new_tokens, cfg.rollout.turns))
     if world_model is not None:
         callbacks.append(WorldModelCallback(world_model, suite, anchor_log=run_dir / "anchor_pairs.jsonl"))
+        callbacks.append(AnchorBudgetCallback(budget))
     cost = CostCallback()
     evaluation = EvaluationCallback(Evaluator(rollout, eval_tasks, cfg.eval, cfg.logger.samples_per_eval), sync,
                                     cfg.eval.every_n_steps, cfg.rl.steps, at_start=cfg.eval.at_start)

@@ -2,6 +2,7 @@
 and where to spend real executions (anchor selection, anchor rate, the reward-hacking guard)."""
 from wmrl.corrections.anchors import (adaptive_anchor_rate, anchor_fidelity, anchor_scores, inclusion_probabilities,
                                       select_anchors)
+from wmrl.corrections.budget import AnchorBudget
 from wmrl.corrections.guard import RewardHackingGuard
 from wmrl.corrections.isotonic import IsotonicMap, apply_isotonic, crossfit_isotonic, fit_isotonic
 from wmrl.corrections.offset import OffsetRectifier
@@ -10,7 +11,7 @@ from wmrl.corrections.turns import aggregate_turns, best_turn, correct_turns, tu
 from wmrl.corrections.weights import (anchor_upweight_weights, crossfit_calibration, inverse_variance_weights,
                                       weight_share, within_group_residual_s2)
 
-__all__ = ["Debiaser", "IsotonicMap", "OffsetRectifier", "RewardHackingGuard", "adaptive_anchor_rate",
+__all__ = ["AnchorBudget", "Debiaser", "IsotonicMap", "OffsetRectifier", "RewardHackingGuard", "adaptive_anchor_rate",
            "aggregate_turns", "anchor_fidelity", "anchor_scores", "anchor_upweight_weights", "apply_isotonic",
            "best_turn", "correct_turns", "crossfit_calibration", "crossfit_isotonic", "fit_isotonic",
            "inclusion_probabilities", "inverse_variance_weights", "select_anchors", "turn_pairs", "weight_share",

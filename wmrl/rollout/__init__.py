@@ -1,7 +1,8 @@
-"""Rollouts: typed trajectories, the turn loop that plays them, and the batch they become."""
+"""Rollouts: typed trajectories (`types`), the batch they become (`batch`), and the turn loop that
+plays them (`collect`: import `wmrl.rollout.collect` for `Rollout`; it sits above the environment,
+which itself uses the types)."""
 from wmrl.rollout.batch import SOURCE_REAL, SOURCE_WM, RolloutBatch, make_batch
-from wmrl.rollout.collect import BackgroundAnchors, Rollout, Sampling
 from wmrl.rollout.types import Judgement, Trajectory, TrajectoryRecord, Turn, TurnItem
 
-__all__ = ["SOURCE_REAL", "SOURCE_WM", "BackgroundAnchors", "Judgement", "Rollout", "RolloutBatch", "Sampling",
-           "Trajectory", "TrajectoryRecord", "Turn", "TurnItem", "make_batch"]
+__all__ = ["SOURCE_REAL", "SOURCE_WM", "Judgement", "RolloutBatch", "Trajectory", "TrajectoryRecord", "Turn",
+           "TurnItem", "make_batch"]

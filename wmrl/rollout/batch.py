@@ -45,6 +45,7 @@ class RolloutBatch:
     turn_strata: dict[str, list[list[str]]] = field(default_factory=dict)  # key -> [N][K]; status: WM's if scored
     wm_corrected: torch.Tensor | None = None  # [N] WM score after debiasing (anchors: by the fit before their
     #   own pairs, so out of sample); = wm_reward until a debias callback sets it
+    wm_corrected_var: torch.Tensor | None = None  # [N] its variance; = wm_var until a debias callback sets it
     anchor_prob: torch.Tensor | None = None  # [N] probability the row was chosen as an anchor (IPW weight 1/p)
     records: list[TrajectoryRecord] = field(default_factory=list)  # per-trajectory, token-free
     step: int = 0  # the training step (0-based) the batch was collected for
@@ -58,7 +59,7 @@ class RolloutBatch:
             self.turn_real_reward = self.real_reward[:, None].clone()
             self.turn_strata = {k: [[v] for v in col] for k, col in self.strata.items()}
         if self.wm_corrected is None:
-            self.wm_corrected = self.wm_reward.clone()
+            self.wm_corrected, self.wm_corrected_var = self.wm_reward.clone(), self.wm_var.clone()
         if self.anchor_prob is None:
             self.anchor_prob = torch.ones_like(self.reward)
 
@@ -140,6 +141,7 @@ def make_batch(trajs: list[Trajectory], pad_id: int, max_length: int) -> Rollout
         reward_var=torch.where(executed, torch.zeros(n), var),
         source=torch.where(executed, SOURCE_REAL, SOURCE_WM), is_anchor=executed & scored, valid=valid,
         weight=torch.ones(n), strata=strata, turn_wm_reward=t_wm, turn_wm_var=t_var, turn_real_reward=t_real,
-        turn_strata=turn_strata, records=[t.record() for t in trajs],
+        turn_strata=turn_strata, anchor_prob=torch.tensor([t.anchor_prob for t in trajs], dtype=torch.float32),
+        records=[t.record() for t in trajs],
         stats={"rollout/dropped_groups": len(bad_groups)},
     )

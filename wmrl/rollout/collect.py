@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import random
 import time
+
+import numpy as np
 from dataclasses import dataclass
 
 from wmrl.env import EnvTimes, Environment
@@ -46,6 +48,8 @@ class Rollout:
         defer = defer and any(e and s for e, s in zip(executed, scored))
         trajs = self._start(tasks, group_size, executed, scored, defer)
         t_gen = self._play(trajs, step, "train", "val", self.sampling.temperature, times)
+        todo, prob = self.env.after_scoring(trajs, np.random.default_rng(stream_seed(self.seed, step, "anchors")))
+        self._execute_now([t for t, x in zip(trajs, todo) if x], [p for p, x in zip(prob, todo) if x], step, times)
         later = [t for t in trajs if t.deferred]
         if later:
             self.anchors.submit(step, "val", later)
@@ -65,6 +69,19 @@ class Rollout:
         batch = make_batch(trajs, self.tok.pad_token_id, self.max_length)
         batch.stats.update(_stats(t_gen, times))
         return batch
+
+    def _execute_now(self, trajs: list[Trajectory], probs: list[float], step: int, times: EnvTimes) -> None:
+        """Execute every turn of world-model-scored trajectories for real: they become anchors."""
+        if not trajs:
+            return
+        items = [TurnItem(t.task, turn.program, meta={"step": step, "purpose": "train", "group": t.group, "turn": k,
+                                                      "anchor": "selected"})
+                 for t in trajs for k, turn in enumerate(t.turns)]
+        outcomes = iter(self.env.collect(self.env.execute(items, "val"), times))
+        for t, p in zip(trajs, probs):
+            for turn in t.turns:
+                turn.judgement.real = next(outcomes)
+            t.executed, t.anchor_prob = True, float(p)
 
     def _start(self, tasks, group_size, executed, scored, defer) -> list[Trajectory]:
         trajs = []

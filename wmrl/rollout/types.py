@@ -87,6 +87,7 @@ class Trajectory:
     executed: bool = False
     scored: bool = False
     deferred: bool = False  # an anchor whose real execution runs in the background, consumed next step
+    anchor_prob: float = 1.0  # probability it was chosen as an anchor (random groups and forced rows: 1)
 
     def best_turn(self) -> int:
         """The turn whose reward counts: real when executed, else the world model's."""
@@ -107,7 +108,7 @@ class Trajectory:
             turns.append(d)
         return {"task": self.task, "group": self.group, "ids": self.ids, "loss_mask": self.loss_mask,
                 "logprobs": self.logprobs, "turns": turns, "history": self.history, "executed": self.executed,
-                "scored": self.scored, "deferred": self.deferred}
+                "scored": self.scored, "deferred": self.deferred, "anchor_prob": self.anchor_prob}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Trajectory":

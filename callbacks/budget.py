@@ -1,0 +1,36 @@
+"""The anchor budget learns from each step's anchors: the world model's recent fidelity sets the next
+anchor rate (when adaptive), and the guard updates its per-class gaps and flags."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from lightning.pytorch import Callback
+
+from wmrl.corrections import AnchorBudget
+from wmrl.rollout import RolloutBatch
+from wmrl.tracking import log_metrics
+
+
+class AnchorBudgetCallback(Callback):
+    """After the update: every valid anchor of the batch is a (WM score the policy trains on, real
+    reward) pair — the corrected score, out of sample, when debiasing runs — with its action class.
+    Logs env/anchor_rate, env/recent_{spearman,mae,coverage,pairs} and guard/flagged, guard/gap/<class>,
+    guard/gap_lower/<class>. The budget (shared with the environment) goes into checkpoints."""
+
+    def __init__(self, budget: AnchorBudget):
+        self.budget = budget
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: RolloutBatch, batch_idx: int) -> None:
+        idx = torch.nonzero(batch.is_anchor & batch.valid & ~torch.isnan(batch.real_reward)
+                            & ~torch.isnan(batch.wm_corrected)).flatten()
+        metrics = self.budget.observe(batch.wm_corrected[idx].cpu().numpy(), batch.real_reward[idx].cpu().numpy(),
+                                      batch.wm_corrected_var[idx].clamp_min(0).sqrt().cpu().numpy(),
+                                      [batch.strata["action_class"][i] for i in idx.tolist()])
+        log_metrics(trainer.loggers, metrics, step=pl_module.rl_step)
+
+    def state_dict(self) -> dict:
+        return self.budget.state_dict()
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.budget.load_state_dict(state_dict)
