@@ -9,7 +9,7 @@ from typing import Any
 
 from lightning.pytorch import Callback
 
-from wmrl.outcome import Status
+from wmrl.outcome import Status, render_observation
 from wmrl.rollout import RolloutBatch, TrajectoryRecord
 from wmrl.tracking import log_metrics
 from wmrl.world_model import WMQuery, WorldModel, reward_fidelity
@@ -24,6 +24,8 @@ class WorldModelCallback(Callback):
 
     def __init__(self, world_model: WorldModel, suite, anchor_log: Path | None = None):
         self.world_model, self.suite, self.anchor_log = world_model, suite, anchor_log
+        # turn-2 improvements (real reward of turn 2 > turn 1) by where turn 1's feedback came from
+        self.feedback = {"real": [0, 0], "wm": [0, 0]}  # observed -> [improved, trajectories]
 
     def examples(self, records: list[TrajectoryRecord]) -> list:
         """[(WMQuery, Outcome)] of every executed program, with the history its trajectory had."""
@@ -49,6 +51,7 @@ class WorldModelCallback(Callback):
                           for k, v in self.world_model.update(examples).items()})
         stats.update(self.fidelity(batch))
         stats["time/wm_train_s"] = time.perf_counter() - t0
+        stats.update(self.feedback_effect(batch))
         log_metrics(trainer.loggers, stats, step=pl_module.rl_step)
 
     def fidelity(self, batch: RolloutBatch) -> dict:
@@ -66,11 +69,41 @@ class WorldModelCallback(Callback):
                                             "wm_reward": j.wm_reward, "wm_var": j.wm_var, "real_reward": j.real.reward,
                                             "real_status": j.real.status.value, "wm_status": j.wm_status}) + "\n")
         js = [t.judgement for t in turns]
-        return reward_fidelity([j.wm_reward for j in js], [j.wm_var for j in js], [j.real.reward for j in js],
-                               [j.wm_status for j in js], [j.real.status.value for j in js])
+        out = reward_fidelity([j.wm_reward for j in js], [j.wm_var for j in js], [j.real.reward for j in js],
+                              [j.wm_status for j in js], [j.real.status.value for j in js])
+        # predicted feedback against the real one: does a predicted failure name the error that happened?
+        both_failed = [j for j in js if j.wm_status == j.real.status.value and j.real.status in FAILURES]
+        if both_failed:
+            same = [_error_type(j.wm_observation) == _error_type(render_observation(j.real)) for j in both_failed]
+            out["wm/obs_error_type_agree"] = sum(same) / len(same)
+        out["wm/obs_exact"] = sum(j.wm_observation == render_observation(j.real) for j in js) / len(js)
+        return out
+
+    def feedback_effect(self, batch: RolloutBatch) -> dict:
+        """How often turn 2 improves on turn 1 (real rewards) after real vs predicted feedback, cumulative."""
+        for rec, ok in zip(batch.records, batch.valid.tolist()):
+            if not (ok and rec.executed and len(rec.turns) >= 2):
+                continue
+            first, second = rec.turns[0].judgement, rec.turns[1].judgement
+            if first.observed in self.feedback:
+                counts = self.feedback[first.observed]
+                counts[0] += second.real.reward > first.real.reward
+                counts[1] += 1
+        return {f"feedback/improve_rate_{src}_obs": c[0] / c[1] for src, c in self.feedback.items() if c[1]} | \
+            {f"feedback/trajectories_{src}_obs": float(c[1]) for src, c in self.feedback.items()}
 
     def state_dict(self) -> dict:
-        return {"world_model": self.world_model.state_dict()}
+        return {"world_model": self.world_model.state_dict(), "feedback": {k: list(v) for k, v in self.feedback.items()}}
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.world_model.load_state_dict(state_dict["world_model"])
+        self.feedback = {k: list(v) for k, v in state_dict["feedback"].items()}
+
+
+FAILURES = (Status.RUNTIME_ERROR, Status.TIMEOUT, Status.NO_VALID_OUTPUT, Status.SYNTAX_ERROR, Status.MALFORMED)
+
+
+def _error_type(observation: str) -> str:
+    """The exception type an observation names ("" when it names none): `...; error: ValueError: ...`."""
+    _, sep, rest = observation.partition("; error: ")
+    return rest.split(":", 1)[0].strip() if sep else ""

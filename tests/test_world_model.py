@@ -214,3 +214,29 @@ def test_certain_runtime_errors_are_predicted_exactly_without_the_network():
     assert p.status[0] is Status.RUNTIME_ERROR
     assert float(p.reward_mean[0]) == pytest.approx(0.1) and float(p.reward_var[0]) == 0.0
     assert float(p.reward_var[1]) > 0.0
+
+
+def test_predicted_feedback_reads_like_real_feedback():
+    """A failure is shown with its error line, in the exact format of a real observation: the exact
+    line for a program seen before, the precheck's own message for a syntax error, and for a new
+    program the error its class most often raised."""
+    from wmrl.outcome import render_observation
+
+    wm = LearnedEnsembleWM({**SMALL, "updates_per_step": 1}, seed=0)
+    forest = ("from sklearn.ensemble import RandomForestClassifier\n\ndef build():\n"
+              "    return RandomForestClassifier(max_depth={d})\n")
+    tail = "Traceback (most recent call last):\n  ...\nValueError: max_depth must be >= 1, got {d}"
+    seen = [(WMQuery("wine", TASKS["wine"], forest.format(d=d)),
+             Outcome("wine", Status.RUNTIME_ERROR, "accuracy", reward=0.1, stderr_tail=tail.format(d=d)))
+            for d in (0, -1, 0)]
+    wm.update(seen)
+    pred = wm.predict([seen[0][0], WMQuery("wine", TASKS["wine"], "def build(:\n")])
+    assert pred.observations()[0] == render_observation(seen[0][1])  # remembered: the exact feedback
+    real_syntax = render_observation(Outcome("wine", Status.SYNTAX_ERROR, stderr_tail=pred.errors[1]))
+    assert pred.observations()[1] == real_syntax and "SyntaxError" in pred.observations()[1]
+    new = forest.format(d=-5)
+    assert wm.likely_error(Status.RUNTIME_ERROR, new) == "ValueError: max_depth must be >= 1, got 0"  # most common
+    assert wm.likely_error(Status.VALID, new) == ""
+    restored = LearnedEnsembleWM({**SMALL, "updates_per_step": 1}, seed=0)
+    restored.load_state_dict(wm.state_dict())
+    assert restored.likely_error(Status.RUNTIME_ERROR, new) == wm.likely_error(Status.RUNTIME_ERROR, new)

@@ -97,7 +97,7 @@ class Environment:
             outcomes = self.collect(future, times)
             for i, o in zip(real_idx, outcomes):
                 out[i].real = o
-                out[i].observation = render_observation(o)
+                out[i].observation, out[i].observed = render_observation(o), "real"
         return out
 
     def execute(self, items: Sequence[TurnItem], split: str):
@@ -133,4 +133,5 @@ class Environment:
                 predicted.pos = min(1.0, max(0.0, (shown - 0.5) * 2.0))
                 value = self.wm.value_at(item.task, predicted.pos)  # the metric value matching the shown position
                 predicted.value = None if math.isnan(value) else value
-            j.observation = render_observation(predicted)
+            j.observation = j.wm_observation = render_observation(predicted)
+            j.observed = "wm"

@@ -105,6 +105,12 @@ class RawResult:
     detail: str = ""  # one line for humans: why the status was given
 
 
+def error_line(stderr_tail: str) -> str:
+    """The line of an error an agent reads: the last non-empty line of stderr, at most 200 characters."""
+    last = [line for line in (stderr_tail or "").strip().splitlines() if line.strip()][-1:]
+    return last[0][:200] if last else ""
+
+
 def render_observation(outcome: "Outcome", turn: int | None = None) -> str:
     """The feedback text an agent reads after a turn, for real and predicted outcomes alike."""
     head = f"[execution{'' if turn is None else f' of turn {turn}'}] status: {outcome.status.value}"
@@ -112,8 +118,6 @@ def render_observation(outcome: "Outcome", turn: int | None = None) -> str:
         head += f"; {outcome.metric or 'score'} = {outcome.value:.4f}"
         if outcome.pos is not None:
             head += f"; leaderboard position = {outcome.pos:.2f}"
-    elif outcome.stderr_tail:
-        last = [l for l in outcome.stderr_tail.strip().splitlines() if l.strip()][-1:]
-        if last:
-            head += f"; error: {last[0][:200]}"
+    elif error_line(outcome.stderr_tail):
+        head += f"; error: {error_line(outcome.stderr_tail)}"
     return head

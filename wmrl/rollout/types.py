@@ -29,19 +29,23 @@ class Judgement:
     wm_var: float = math.nan  # world-model reward variance (NaN when not scored)
     wm_status: str = ""  # the world model's predicted status ("" when not scored)
     observation: str = ""  # the feedback the agent reads next turn
+    observed: str = ""  # where that feedback came from: "real" (the execution) or "wm" (the world model's prediction)
+    wm_observation: str = ""  # the world model's predicted feedback (when scored), shown or not
 
     def to_dict(self) -> dict:
         return {"real": None if self.real is None else self.real.to_dict(),
                 "wm_reward": None if math.isnan(self.wm_reward) else self.wm_reward,
                 "wm_var": None if math.isnan(self.wm_var) else self.wm_var,
-                "wm_status": self.wm_status, "observation": self.observation}
+                "wm_status": self.wm_status, "observation": self.observation, "observed": self.observed,
+                "wm_observation": self.wm_observation}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Judgement":
         return cls(real=None if d["real"] is None else Outcome.from_dict(d["real"]),
                    wm_reward=math.nan if d["wm_reward"] is None else d["wm_reward"],
                    wm_var=math.nan if d["wm_var"] is None else d["wm_var"],
-                   wm_status=d["wm_status"], observation=d["observation"])
+                   wm_status=d["wm_status"], observation=d["observation"], observed=d["observed"],
+                   wm_observation=d["wm_observation"])
 
 
 @dataclass

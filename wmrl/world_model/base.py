@@ -14,7 +14,8 @@ from typing import Protocol, Sequence, runtime_checkable
 import torch
 
 from wmrl.outcome import LADDER, PREDICTED_STATUSES, Outcome, Status, render_observation
-from wmrl.sandbox.program import precheck  # noqa: F401  the sandbox's own rule: the world model and the sandbox agree exactly
+# the sandbox's own rule, so the world model and the sandbox agree exactly
+from wmrl.sandbox.program import precheck  # noqa: F401
 
 N_STATUS = len(PREDICTED_STATUSES)
 VALID_INDEX = PREDICTED_STATUSES.index(Status.VALID)
@@ -64,6 +65,7 @@ class WMPrediction:
     tasks: list[str] = field(default_factory=list)
     metrics: list[str] = field(default_factory=list)  # metric names, per query
     prechecked: torch.Tensor | None = None  # [B] bool; status decided by the deterministic check
+    errors: list[str] = field(default_factory=list)  # predicted error line per query ("" for none), as stderr shows it
 
     def __len__(self) -> int:
         return int(self.reward_mean.shape[0])
@@ -83,7 +85,7 @@ class WMPrediction:
             value = None if math.isnan(v) else v
         return Outcome(task=self.tasks[i] if self.tasks else "", status=status,
                        metric=self.metrics[i] if self.metrics else "", value=value, pos=pos,
-                       reward=float(self.reward_mean[i]), stderr_tail="")
+                       reward=float(self.reward_mean[i]), stderr_tail=self.errors[i] if self.errors else "")
 
     def outcomes(self) -> list[Outcome]:
         return [self.outcome(i) for i in range(len(self))]

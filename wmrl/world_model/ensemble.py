@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from dataclasses import asdict, fields
 from typing import Any
 
@@ -18,7 +18,8 @@ import torch
 import torch.nn.functional as F
 
 from wmrl.config import WorldModelConfig
-from wmrl.outcome import PREDICTED_STATUSES, Outcome, Status
+from wmrl.outcome import PREDICTED_STATUSES, Outcome, Status, error_line
+from wmrl.tasks.action import action_class
 from wmrl.world_model.base import (N_STATUS, VALID_INDEX, WMPrediction, WMQuery, precheck,
                                    prechecked_prediction, reward_moments)
 from wmrl.world_model.model import EnsembleEncoder
@@ -29,6 +30,7 @@ DESCRIPTOR_TOKENS = 48  # tokens of the task descriptor (averaged into one posit
 PROGRAM_TOKENS = 384  # tokens of the program kept (its beginning)
 HISTORY_TOKENS = 128  # tokens of the history kept (its end)
 VALUE_POINTS = 256  # (pos, value) pairs kept per task to turn a predicted pos into a metric value
+ERROR_LINES = 32  # error lines kept per (status, action class)
 MEMORY_VAR = 1e-4  # reward variance of a remembered outcome: executions are seeded, only timing varies
 
 
@@ -107,7 +109,10 @@ class LearnedEnsembleWM:
         self.metric_names: dict[str, str] = {}
         # exact outcomes of programs already executed, per task: a program seen again is predicted from
         # memory (executions are seeded, so the same program on the same data does the same thing)
-        self.memory: OrderedDict[tuple[str, str], tuple[int, float, float]] = OrderedDict()
+        self.memory: OrderedDict[tuple[str, str], tuple[int, float, float, str]] = OrderedDict()
+        # error lines seen per (status, action class): a predicted failure is shown with the error such
+        # programs most often raise, in the format of real feedback
+        self.errors: dict[tuple[str, str], Counter] = {}
         self.updates = 0
 
     # ---- encoding -------------------------------------------------------------------------
@@ -173,18 +178,19 @@ class LearnedEnsembleWM:
         pos_mean, pos_std = torch.zeros(b), torch.zeros(b)
         reward_mean, reward_var = torch.zeros(b), torch.zeros(b)
         decided = torch.zeros(b, dtype=torch.bool)
+        errors = [""] * b
         for i, q in enumerate(queries):
-            status, _ = precheck(q.program)
+            status, detail = precheck(q.program)
             if status is None:
-                status, _ = static_check(q.program)  # undefined names, imports that cannot resolve
+                status, detail = static_check(q.program)  # undefined names, imports that cannot resolve
             if status is not None:  # syntax error / malformed / certain runtime error: exact, zero variance
                 probs[i], reward_mean[i] = prechecked_prediction(status)
-                decided[i] = True
+                decided[i], errors[i] = True, error_line(detail)
         prechecked = decided.clone()
         for i, q in enumerate(queries):
             hit = None if decided[i] else self.memory.get((q.task, q.program.strip()))
             if hit is not None:
-                status_index, pos, reward = hit
+                status_index, pos, reward, errors[i] = hit
                 probs[i, status_index] = 1.0
                 pos_mean[i], reward_mean[i], reward_var[i] = pos, reward, MEMORY_VAR
                 decided[i] = True
@@ -198,11 +204,20 @@ class LearnedEnsembleWM:
             pos_std[rest] = (out["pos_var"].mean(0) + spread(out["pos_mean"])).sqrt()
             reward_mean[rest] = out["reward_mean"].mean(0)
             reward_var[rest] = out["reward_var"].mean(0) + spread(out["reward_mean"])
+        for i in rest:
+            errors[i] = self.likely_error(PREDICTED_STATUSES[int(probs[i].argmax())], queries[i].program)
         metrics = [q.metric or self.metric_names.get(q.task, "") for q in queries]
         value = torch.tensor([self.value_at(q.task, float(pos_mean[i])) for i, q in enumerate(queries)])
         return WMPrediction(status_probs=probs, pos_mean=pos_mean, pos_std=pos_std, reward_mean=reward_mean,
                             reward_var=reward_var, value_mean=value, tasks=[q.task for q in queries],
-                            metrics=metrics, prechecked=prechecked)
+                            metrics=metrics, prechecked=prechecked, errors=errors)
+
+    def likely_error(self, status: Status, program: str) -> str:
+        """The error line programs of this class most often raised with this status ("" if none seen)."""
+        if status is Status.VALID:
+            return ""
+        seen = self.errors.get((status.value, action_class(program))) or self.errors.get((status.value, "*"))
+        return seen.most_common(1)[0][0] if seen else ""
 
     def value_at(self, task: str, pos: float) -> float:
         """Metric value at a leaderboard position, interpolated from this task's real executions."""
@@ -241,10 +256,18 @@ class LearnedEnsembleWM:
                 self.metric_names[q.task] = o.metric
             if o.status in PREDICTED_STATUSES and math.isfinite(o.reward):
                 key = (q.task, q.program.strip())
-                self.memory[key] = (PREDICTED_STATUSES.index(o.status), float(o.pos or 0.0), float(o.reward))
+                self.memory[key] = (PREDICTED_STATUSES.index(o.status), float(o.pos or 0.0), float(o.reward),
+                                    error_line(o.stderr_tail))
                 self.memory.move_to_end(key)
                 while len(self.memory) > self.cfg["replay_size"]:
                     self.memory.popitem(last=False)
+            line = error_line(o.stderr_tail)
+            if o.status in PREDICTED_STATUSES and o.status is not Status.VALID and line:
+                for key in ((o.status.value, action_class(q.program)), (o.status.value, "*")):
+                    seen = self.errors.setdefault(key, Counter())
+                    seen[line] += 1
+                    if len(seen) > ERROR_LINES:  # bounded: forget the rarest
+                        del seen[min(seen, key=seen.get)]
             if o.status is Status.VALID and o.value is not None and o.pos is not None and math.isfinite(o.value):
                 self.values.setdefault(q.task, deque(maxlen=VALUE_POINTS)).append((float(o.pos), float(o.value)))
 
@@ -338,6 +361,7 @@ class LearnedEnsembleWM:
             "values": {k: [list(p) for p in v] for k, v in self.values.items()},
             "metric_names": dict(self.metric_names),
             "memory": [[t, p, *v] for (t, p), v in self.memory.items()],
+            "errors": [[s_, c, dict(cnt)] for (s_, c), cnt in self.errors.items()],
             "updates": self.updates,
             "generator": self.gen.get_state(),
         }
@@ -356,7 +380,9 @@ class LearnedEnsembleWM:
         self.replay_count = keep
         self.values = {k: deque((tuple(p) for p in v), maxlen=VALUE_POINTS) for k, v in state["values"].items()}
         self.metric_names = dict(state["metric_names"])
-        self.memory = OrderedDict(((t, p), (int(i), float(pos), float(r))) for t, p, i, pos, r in state.get("memory", []))
+        self.memory = OrderedDict(((t, p), (int(i), float(pos), float(r), str(rest[0]) if rest else ""))
+                                  for t, p, i, pos, r, *rest in state.get("memory", []))
+        self.errors = {(s_, c): Counter(cnt) for s_, c, cnt in state.get("errors", [])}
         self.updates = int(state["updates"])
         self.gen.set_state(state["generator"])
 
