@@ -119,8 +119,10 @@ def read_anchor_pairs(run_dir: str | Path) -> list[dict]:
 
 def run_benchmark(out: Path, scenario: str = "default", seeds: int = 1, overrides: list[str] = (),
                   bias: dict[str, float] | None = None, only: list[str] | None = None,
-                  train_fn: Callable[[list[str], Path, dict], dict] = subprocess_train, note: str = "") -> dict:
-    """Trains every (arm, seed) back to back, collects MLflow histories, writes the report files."""
+                  train_fn: Callable[[list[str], Path, dict], dict] = subprocess_train, note: str = "",
+                  pretrained: dict | None = None) -> dict:
+    """Trains every (arm, seed) back to back, collects MLflow histories, writes the report files.
+    `pretrained`: a `wmrl.world_model.pretrain` result every world-model arm starts from."""
     from mlflow.tracking import MlflowClient
 
     out.mkdir(parents=True, exist_ok=True)
@@ -144,6 +146,8 @@ def run_benchmark(out: Path, scenario: str = "default", seeds: int = 1, override
             args = [f"experiment={preset}", f"seed={seed}", f"run_dir={out.resolve()}/runs/{name}",
                     f"logger.tracking_uri={uri}", f"logger.experiment_name={EXPERIMENT}", f"logger.parent_run_id={pid}",
                     f"logger.run_name={name}", "trainer.progress_bar=false", *arm_overrides, *overrides]
+            if pretrained is not None and label != stats.BASELINE:
+                args.append(f"world_model.init={pretrained['path']}")
             print(f"[speedup] {name}: {' '.join(train_command(args, arm_bias)[1:])}", flush=True)
             t0 = time.perf_counter()
             run = {"arm": label, "seed": seed, "args": args, "bias": arm_bias, "status": "ok", "error": None, "summary": {}, "history": {},
@@ -162,7 +166,8 @@ def run_benchmark(out: Path, scenario: str = "default", seeds: int = 1, override
 
     results = {"scenario": scenario, "seeds": seeds, "overrides": list(overrides), "bias": bias if scenario == "correlated" else {},
                "arms": [a[0] for a in arms], "command": " ".join(["python", "benchmarks/speedup.py", *sys.argv[1:]]),
-               "note": note, "mlflow": {"tracking_uri": uri, "parent_run_id": pid}, "runs": runs}
+               "note": note, "mlflow": {"tracking_uri": uri, "parent_run_id": pid}, "runs": runs,
+               "pretrained": pretrained}
     rendered = write_report(out, results)
     for k, v in rendered["metrics"].items():
         client.log_metric(pid, k, v)
@@ -191,6 +196,9 @@ def write_report(out: Path, results: dict) -> dict:
     failures = [f"- {r['arm']} seed {r['seed']} FAILED: ```{r['error'][-800:]}```" for r in runs if r["status"] != "ok"]
     if failures:
         header += "\n" + "\n".join(failures) + "\n"
+    if results.get("pretrained"):
+        wm_runs = sum(r["arm"] != stats.BASELINE and r["status"] == "ok" for r in runs)
+        header += render.pretrain_section(report, results["pretrained"], wm_runs)
     md = render.render_markdown(report, strata, recovered, header=header, show_targets=results["scenario"] == "default")
     (out / "table.md").write_text(md)
     results = {**results, "report": report, "targets": tg.check(report) if results["scenario"] == "default" else [],
@@ -225,6 +233,8 @@ def main(argv: list[str]) -> int:
                                                 f"(default {','.join(f'{k}={v}' for k, v in DEFAULT_BIAS.items())})")
     p.add_argument("--arms", default=None, help="comma-separated subset of the scenario's arms")
     p.add_argument("--report", type=Path, default=None, help="only re-render the report of an existing DIR")
+    p.add_argument("--pretrain-wm", action="store_true",
+                   help="world-model arms start from a world model pretrained on the training tasks (cost reported)")
     args, rest = p.parse_known_args(argv)
     bad = [a for a in rest if "=" not in a or a.startswith("-")]
     if bad:
@@ -241,8 +251,15 @@ def main(argv: list[str]) -> int:
     out = args.out or ROOT / "results" / f"speedup-{time.strftime('%Y%m%d-%H%M%S')}"
     overrides = [*(QUICK if args.quick else []), *rest]
     t0 = time.perf_counter()
+    pretrained = None
+    if args.pretrain_wm:
+        from wmrl.config import load_config
+        from wmrl.world_model.pretrain import pretrain
+
+        pretrained = pretrain(load_config(["experiment=wmrl", *overrides]))
+        print(f"[speedup] pretrained world model: {json.dumps(pretrained)}", flush=True)
     results = run_benchmark(out, args.scenario, seeds, overrides, bias,
-                            args.arms.split(",") if args.arms else None)
+                            args.arms.split(",") if args.arms else None, pretrained=pretrained)
     print((out / "table.md").read_text())
     print(f"[speedup] {len(results['runs'])} trainings in {time.perf_counter() - t0:.0f}s; results in {out}")
     return 1 if any(r["status"] != "ok" for r in results["runs"]) else 0

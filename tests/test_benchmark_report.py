@@ -257,3 +257,19 @@ def test_config_drift_flags_changed_defaults_but_not_what_defines_an_arm():
     assert "WARNING" not in render.render_markdown(r)
     r["config_drift"] = drift
     assert "WARNING" in render.render_markdown(r) and "`rl.lr`" in render.render_markdown(r)
+
+
+def test_pretraining_cost_is_charged_to_one_run_and_amortised():
+    c = stats.with_pretrain_cost(40.0, 100.0, pretrain_s=20.0, runs=4)
+    assert c == {"charged": 60.0, "charged_ratio": 0.6, "amortised": 45.0, "amortised_ratio": 0.45}
+
+
+def test_world_model_arms_start_from_the_pretrained_model_and_the_table_shows_its_cost(tmp_path):
+    speedup = _load_speedup()
+    pretrained = {"path": "/x/wm.pt", "executions": 120, "sandbox_slot_s": 30.0, "wall_s": 48.0}
+    results = speedup.run_benchmark(tmp_path / "b", "default", seeds=1, only=["sandbox_rl", "wmrl"],
+                                    train_fn=_fake_train, pretrained=pretrained)
+    args = {r["arm"]: r["args"] for r in results["runs"]}
+    assert "world_model.init=/x/wm.pt" in args["wmrl"] and not any("world_model.init" in a for a in args["sandbox_rl"])
+    table = (tmp_path / "b" / "table.md").read_text()
+    assert "120 real executions" in table and "| wmrl | 12.0 | 60.0 (1.50x) | 60.0 (1.50x) |" in table

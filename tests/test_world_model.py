@@ -240,3 +240,20 @@ def test_predicted_feedback_reads_like_real_feedback():
     restored = LearnedEnsembleWM({**SMALL, "updates_per_step": 1}, seed=0)
     restored.load_state_dict(wm.state_dict())
     assert restored.likely_error(Status.RUNTIME_ERROR, new) == wm.likely_error(Status.RUNTIME_ERROR, new)
+
+
+def test_pretrain_fits_on_training_tasks_only_is_cached_and_loads_as_init(session_cache, tmp_path):
+    from wmrl.config import load_config
+    from wmrl.sandbox.log import read_log
+    from wmrl.world_model.pretrain import pretrain
+
+    cfg = load_config(["experiment=smoke", f"task.cache_dir={session_cache}", "sandbox.slots=2", "world_model.members=2"])
+    first = pretrain(cfg, per_task=4, epochs=2)
+    assert not first["cached"] and first["executions"] > 0 and first["wall_s"] > 0
+    assert first["tasks"] == sorted(cfg.task.train)  # never a held-out task
+    log = Path(first["path"]).with_name(Path(first["path"]).stem + ".executions.sqlite")
+    assert {r["task"] for r in read_log(log)} <= set(cfg.task.train)
+    again = pretrain(cfg, per_task=4, epochs=2)
+    assert again["cached"] and again["path"] == first["path"] and again["executions"] == first["executions"]
+    wm = make_world_model({"init": first["path"]}, seed=0)
+    assert wm.replay_len > 0  # starts informed: it has seen the corpus

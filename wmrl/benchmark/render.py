@@ -101,3 +101,22 @@ def plot_cost_vs_reward(report: dict, path) -> None:
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
+
+
+def pretrain_section(report: dict, pretrain: dict, runs: int) -> str:
+    """The one-time cost of the pretrained world model, and each world-model arm's cost with it."""
+    from wmrl.benchmark.stats import with_pretrain_cost
+
+    rows = {r["arm"]: r for r in report["rows"]}
+    base = rows.get(report["baseline"], {}).get("train_cost_s")
+    lines = [f"\nWorld model pretrained once on the training tasks: {pretrain['executions']} real executions, "
+             f"{pretrain['sandbox_slot_s']:.1f} sandbox slot-s, {pretrain['wall_s']:.1f} s wall; {runs} world-model "
+             "runs started from it.\n", "| arm | training cost s | + pretraining, charged to one run | "
+             "+ pretraining, amortised over the runs |", "|---|---|---|---|"]
+    for arm, row in rows.items():
+        if arm == report["baseline"]:
+            continue
+        c = with_pretrain_cost(row["train_cost_s"], base, pretrain["wall_s"], runs)
+        lines.append(f"| {arm} | {fmt(row['train_cost_s'], 1)} | {fmt(c['charged'], 1)} ({fmt(c['charged_ratio'], 2)}x) | "
+                     f"{fmt(c['amortised'], 1)} ({fmt(c['amortised_ratio'], 2)}x) |")
+    return "\n".join(lines) + "\n"

@@ -228,3 +228,13 @@ def stratum_table(pairs: Iterable[dict], keys: Sequence[str] = ("task", "action_
                     "wm_std": math.sqrt(max(0.0, sum(var) / len(var))) if var else None,
                     "real_mean": sum(p["real_reward"] for p in ps) / len(ps)})
     return out
+
+
+def with_pretrain_cost(cost: float | None, baseline_cost: float | None, pretrain_s: float, runs: int) -> dict:
+    """A world-model arm's training cost with the one-time world-model pretraining added: all of it
+    (charged to one run) and 1/runs of it (amortised over the runs that started from it)."""
+    if cost is None:
+        return {"charged": None, "charged_ratio": None, "amortised": None, "amortised_ratio": None}
+    charged, amortised = cost + pretrain_s, cost + pretrain_s / max(runs, 1)
+    return {"charged": charged, "charged_ratio": ratio(charged, baseline_cost),
+            "amortised": amortised, "amortised_ratio": ratio(amortised, baseline_cost)}

@@ -1,7 +1,9 @@
 """python -m wmrl.world_model fit --log runs/X/executions.sqlite --out wm.pt [--epochs N] [key=value ...]
+python -m wmrl.world_model pretrain [--programs-per-task N] [--epochs E] [--log LOG ...] [key=value ...]
 
-Fits a world model offline on every execution of a run's log and saves it (usable as
-`world_model.init=PATH`). Each row's task descriptor comes from `meta["descriptor"]` when the
+`fit` fits a world model offline on every execution of a run's log and saves it (usable as
+`world_model.init=PATH`); `pretrain` executes grammar programs on the training tasks and fits one on
+them (and on earlier logs' training-task rows), cached, with its one-time cost (see pretrain.py). Each row's task descriptor comes from `meta["descriptor"]` when the
 run recorded it, else from the task registry, else it is just `task=NAME`.
 """
 from __future__ import annotations
@@ -49,7 +51,23 @@ def main(argv: list[str] | None = None) -> int:
     fit.add_argument("--epochs", type=int, default=20, help="passes over the log")
     fit.add_argument("--seed", type=int, default=0)
     fit.add_argument("overrides", nargs="*", help="world_model keys, e.g. members=8 lr=3e-4 (init= continues a model)")
+    pre = sub.add_parser("pretrain", help="execute grammar programs on the training tasks and fit on them (cached)")
+    pre.add_argument("--programs-per-task", type=int, default=24)
+    pre.add_argument("--epochs", type=int, default=20)
+    pre.add_argument("--log", action="append", default=[], help="also an earlier run's execution log (repeatable)")
+    pre.add_argument("overrides", nargs="*", help="train.py config overrides, e.g. experiment=smoke task.cache_dir=...")
     args = parser.parse_args(argv)
+    if args.command == "pretrain":
+        from wmrl.config import ConfigError, load_config
+        from wmrl.world_model.pretrain import pretrain
+
+        try:
+            cfg = load_config(args.overrides)
+        except ConfigError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print(json.dumps(pretrain(cfg, args.programs_per_task, args.epochs, args.log), indent=1))
+        return 0
 
     from omegaconf import OmegaConf
 
