@@ -34,7 +34,7 @@ class _Stream(IterableDataset):
 
 class RolloutDataModule(L.LightningDataModule):
     def __init__(self, rollout: Rollout, sync: WeightSync, train_tasks: list, groups_per_step: int, group_size: int,
-                 steps: int, seed: int, async_anchors: bool = False):
+                 steps: int, seed: int, async_anchors: bool):
         super().__init__()
         self.rollout, self.sync, self.train_tasks, self.groups_per_step = rollout, sync, train_tasks, groups_per_step
         self.group_size, self.steps, self.seed, self.async_anchors = group_size, steps, seed, async_anchors

@@ -45,7 +45,7 @@ class RecordingRollout:
 
 def _datamodule(events, policy, steps=3):
     return RolloutDataModule(RecordingRollout(events), WeightSync(RecordingGenerator(events), policy), ["t0", "t1"],
-                             groups_per_step=2, group_size=2, steps=steps, seed=0)
+                             groups_per_step=2, group_size=2, steps=steps, seed=0, async_anchors=False)
 
 
 def test_the_datamodule_syncs_the_policys_latest_weights_into_the_generator_before_each_collection():

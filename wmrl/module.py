@@ -20,7 +20,7 @@ from wmrl.seeding import stream_seed
 from wmrl.tracking import log_metrics
 
 
-def sequence_logprobs(model, input_ids, attention_mask, temperature: float = 1.0, with_entropy_mask=None):
+def sequence_logprobs(model, input_ids, attention_mask, temperature: float, with_entropy_mask=None):
     """log π(token_t | tokens_<t) at every position t ≥ 1 (position 0 gets 0), aligned with input_ids."""
     logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float() / temperature
     lp = torch.log_softmax(logits, dim=-1).gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)

@@ -17,6 +17,8 @@ import math
 import numpy as np
 from scipy.stats import spearmanr
 
+from wmrl.config import EnvConfig  # defaults live in the schema
+
 SELECTIONS = ("random", "uncertainty", "advantage")
 
 
@@ -41,7 +43,7 @@ def anchor_scores(selection: str, wm_var: np.ndarray | None = None,
     return np.abs(np.nan_to_num(np.asarray(predicted_advantage, float)))
 
 
-def inclusion_probabilities(score: np.ndarray, rate: float, uniform_floor: float = 0.2) -> np.ndarray:
+def inclusion_probabilities(score: np.ndarray, rate: float, uniform_floor: float = EnvConfig.anchor_floor) -> np.ndarray:
     """π_i = rate·N·[(1 − λ)·score_i/Σ score + λ/N], capped at 1 (the excess spread over the rest in
     the same proportions), so Σ π = rate·N and π_i ≥ λ·rate: 1/π ≤ 1/(λ·rate).
 
@@ -68,7 +70,7 @@ def inclusion_probabilities(score: np.ndarray, rate: float, uniform_floor: float
 
 
 def select_anchors(score: np.ndarray, rate: float, rng: np.random.Generator,
-                   uniform_floor: float = 0.2) -> tuple[np.ndarray, np.ndarray]:
+                   uniform_floor: float = EnvConfig.anchor_floor) -> tuple[np.ndarray, np.ndarray]:
     """(chosen mask, inclusion probabilities π): systematic sampling with probabilities π in a random
     order, so row i is chosen with probability exactly π_i and the count is ⌊rate·N⌋ or ⌈rate·N⌉
     (expected rate·N). The debiasing fit takes `sample_weight = 1/π` of the chosen rows."""

@@ -12,6 +12,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from wmrl.config import EnvConfig  # defaults live in the schema
+
 
 class RewardHackingGuard:
     """Per class c, over its anchor pairs with weights λ^age (λ = 0.5^(1/half_life)):
@@ -26,7 +28,8 @@ class RewardHackingGuard:
     real execution, which brings its pairs in fast, so the gap is re-measured quickly.
     """
 
-    def __init__(self, threshold: float = 0.1, half_life: float = 64.0, z: float = 1.96, min_pairs: int = 8):
+    def __init__(self, threshold: float = EnvConfig.guard_threshold, half_life: float = EnvConfig.guard_half_life,
+                 z: float = 1.96, min_pairs: int = 8):
         self.threshold, self.half_life, self.z, self.min_pairs = threshold, half_life, z, min_pairs
         self.decay = 0.5 ** (1.0 / half_life) if math.isfinite(half_life) else 1.0
         self.stats: dict[str, list[float]] = {}  # class -> [Σw, Σw·d, Σw·d², Σw², pairs]

@@ -10,6 +10,8 @@ from collections import deque
 import numpy as np
 from sklearn.isotonic import IsotonicRegression
 
+from wmrl.config import DebiasConfig  # defaults live in the schema
+
 
 def fit_isotonic(wm: np.ndarray, real: np.ndarray,
                  sample_weight: np.ndarray | None = None) -> tuple[list[float], list[float]]:
@@ -81,7 +83,8 @@ class IsotonicMap:
     folds) per region of r̂ (`residual_variance`).
     """
 
-    def __init__(self, min_pairs: int = 16, refit_every: int = 8, buffer_size: int = 512, crossfit_folds: int = 5):
+    def __init__(self, min_pairs: int = DebiasConfig.min_pairs, refit_every: int = DebiasConfig.refit_every,
+                 buffer_size: int = DebiasConfig.buffer_size, crossfit_folds: int = 5):
         self.min_pairs, self.refit_every, self.crossfit_folds = min_pairs, refit_every, crossfit_folds
         self.wm: deque[float] = deque(maxlen=buffer_size)
         self.real: deque[float] = deque(maxlen=buffer_size)

@@ -5,6 +5,8 @@ import math
 
 import numpy as np
 
+from wmrl.config import DebiasConfig  # defaults live in the schema
+
 
 class OffsetRectifier:
     """b̂ = exponentially weighted mean of (r̂ − r) over anchor pairs; r̃ = r̂ − b̂.
@@ -16,7 +18,7 @@ class OffsetRectifier:
     IPW mean), while `n` still counts pairs, not weights.
     """
 
-    def __init__(self, half_life: float = 64.0):
+    def __init__(self, half_life: float = DebiasConfig.half_life):
         self.decay = 0.5 ** (1.0 / half_life) if math.isfinite(half_life) else 1.0
         self.weighted_sum = 0.0  # Σ λ^age v (r̂ − r)
         self.weighted_sq = 0.0  # Σ λ^age v (r̂ − r)²

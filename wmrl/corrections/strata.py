@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from wmrl.config import DebiasConfig  # defaults live in the schema
 from wmrl.corrections.isotonic import IsotonicMap
 from wmrl.corrections.offset import OffsetRectifier
 
@@ -30,9 +31,10 @@ class Debiaser:
     so `table()` reports out-of-sample error, not the fit's own training error.
     """
 
-    def __init__(self, method: str = "isotonic", stratify_by: Sequence[str] = (), kappa: float = 8.0,
-                 min_pairs: int = 16, refit_every: int = 8, buffer_size: int = 512, half_life: float = 64.0,
-                 min_stratum_pairs: int = 4):
+    def __init__(self, method: str = DebiasConfig.method, stratify_by: Sequence[str] = (),
+                 kappa: float = DebiasConfig.kappa, min_pairs: int = DebiasConfig.min_pairs,
+                 refit_every: int = DebiasConfig.refit_every, buffer_size: int = DebiasConfig.buffer_size,
+                 half_life: float = DebiasConfig.half_life, min_stratum_pairs: int = 4):
         if method not in METHODS:
             raise ValueError(f"debias method must be one of {METHODS}; got {method!r}")
         self.method, self.stratify_by, self.kappa = method, tuple(stratify_by), float(kappa)

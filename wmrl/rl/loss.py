@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import torch
 
+from wmrl.config import RLConfig  # defaults live in the schema
+
 LOSS_TYPES = ("grpo", "dr_grpo")
 
 
@@ -16,10 +18,10 @@ def policy_loss(
     advantages: torch.Tensor,
     loss_mask: torch.Tensor,
     weight: torch.Tensor | None = None,
-    clip_eps: float = 0.2,
+    clip_eps: float = RLConfig.clip_eps,
     loss_type: str = "grpo",
     ref_logprobs: torch.Tensor | None = None,
-    kl_beta: float = 0.0,
+    kl_beta: float = RLConfig.kl_beta,
     max_tokens: int | None = None,
     kl_ratio: bool = True,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

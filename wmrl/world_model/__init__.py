@@ -1,5 +1,6 @@
 """World models: predict the outcome of executing a program, learn from real executions."""
-from wmrl.world_model.base import WMPrediction, WMQuery, WorldModel, precheck, reward_moments
+from wmrl.sandbox.program import precheck
+from wmrl.world_model.base import WMPrediction, WMQuery, WorldModel, reward_moments
 from wmrl.world_model.ensemble import LearnedEnsembleWM
 from wmrl.world_model.factory import load_world_model, make_world_model
 from wmrl.world_model.fidelity import fidelity_metrics, reward_fidelity

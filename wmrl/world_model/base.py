@@ -14,8 +14,6 @@ from typing import Protocol, Sequence, runtime_checkable
 import torch
 
 from wmrl.outcome import LADDER, PREDICTED_STATUSES, Outcome, Status, render_observation
-# the sandbox's own rule, so the world model and the sandbox agree exactly
-from wmrl.sandbox.program import precheck  # noqa: F401
 
 N_STATUS = len(PREDICTED_STATUSES)
 VALID_INDEX = PREDICTED_STATUSES.index(Status.VALID)

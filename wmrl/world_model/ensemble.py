@@ -17,11 +17,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from wmrl.config import WorldModelConfig
+from wmrl.config import Config, WorldModelConfig
 from wmrl.outcome import PREDICTED_STATUSES, Outcome, Status, error_line
 from wmrl.tasks.action import action_class
-from wmrl.world_model.base import (N_STATUS, VALID_INDEX, WMPrediction, WMQuery, precheck,
-                                   prechecked_prediction, reward_moments)
+from wmrl.sandbox.program import precheck  # the sandbox's own rule: the world model and the sandbox agree exactly
+from wmrl.world_model.base import (N_STATUS, VALID_INDEX, WMPrediction, WMQuery, prechecked_prediction,
+                                   reward_moments)
 from wmrl.world_model.model import EnsembleEncoder
 from wmrl.world_model.static import static_check
 from wmrl.world_model.tokenizer import PAD, chunk, load_tokenizer
@@ -77,7 +78,7 @@ class LearnedEnsembleWM:
 
     kind = "ensemble"
 
-    def __init__(self, cfg: Any = None, seed: int = 0, tokenizer_json: str | None = None):
+    def __init__(self, cfg: Any = None, seed: int = Config.seed, tokenizer_json: str | None = None):
         self.cfg = asdict(world_model_config(cfg))
         c = self.cfg
         if c["members"] < 1:
