@@ -1,8 +1,8 @@
 """vLLM generation (optional extra, GPU only): the policy is served by a vLLM engine in the
 trainer's process and its weights are pushed into the engine after every optimizer update.
 
-Not exercised by the CPU test suite (vLLM pins a CUDA torch); imported only when
-`generation.backend=vllm` is asked for.
+vLLM pins a CUDA torch, so the CPU test suite checks this wiring against a fake engine
+(tests/test_vllm_wiring.py); imported only when `generation.backend=vllm` is asked for.
 """
 from __future__ import annotations
 
@@ -23,8 +23,10 @@ class VLLMGenerator:
         self._dir = tempfile.mkdtemp(prefix="wmrl-vllm-")
         model.save_pretrained(self._dir)
         tokenizer.save_pretrained(self._dir)
+        # log-probs of the distribution tokens were sampled from (after temperature), not of the raw logits
+        # (vLLM's default): the trainer's importance ratio is then exactly 1 at the first update
         self.llm = vllm.LLM(model=self._dir, gpu_memory_utilization=gpu_memory_utilization,
-                            enable_prefix_caching=True, dtype="auto")
+                            enable_prefix_caching=True, dtype="auto", logprobs_mode="processed_logprobs")
 
     def sync_weights(self, model) -> None:
         weights = ((name, p.detach()) for name, p in model.state_dict().items())
