@@ -44,7 +44,7 @@ class Sandbox(Protocol):
 
 def make_sandbox(sandbox_cfg: Any, log_path: str | None = None) -> Sandbox:
     """The backend named by `sandbox.backend`, built from the `sandbox` config section."""
-    backend = getattr(sandbox_cfg, "backend", "local")
+    backend = sandbox_cfg.backend
     if backend == "local":
         from wmrl.sandbox.local import LocalSandbox
 
