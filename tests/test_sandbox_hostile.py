@@ -652,6 +652,10 @@ def build():
                 break
         except OSError:
             break
+    try:
+        os.setsid()  # a session each: with autogroups, each is weighed like a whole process group
+    except OSError:
+        pass  # the first process leads its session already
     while True:
         pass
 """
