@@ -44,9 +44,9 @@ def _own_path(controller: str | None, proc_cgroup: str) -> str:
 class SlotCgroups:
     """The cgroups of one sandbox's slots: created at start-up, removed at close."""
 
-    def __init__(self, name: str, slots: int, limits: SlotLimits | list[SlotLimits], root: Path = ROOT,
+    def __init__(self, name: str, slots: int, limits: SlotLimits | list[SlotLimits], root: Path | None = None,
                  proc_cgroup: str | None = None):
-        self.root = Path(root)
+        self.root = Path(root if root is not None else ROOT)
         proc_cgroup = proc_cgroup if proc_cgroup is not None else Path("/proc/self/cgroup").read_text()
         per_slot = limits if isinstance(limits, list) else [limits] * slots
         if (self.root / "memory" / "memory.limit_in_bytes").exists():
