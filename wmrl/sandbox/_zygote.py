@@ -600,6 +600,14 @@ def main():
     cfg = json.loads(sys.argv[1])
     if cfg.get("mounts") == "unshare":
         setup_unshare_mounts(cfg)
+    if cfg.get("probe"):  # can the slot uid reach the environment through these mounts?
+        os.setgroups([])
+        os.setgid(cfg["uid"])
+        os.setuid(cfg["uid"])
+        import numpy  # noqa: F401
+        import sklearn  # noqa: F401
+        print("probe-ok", flush=True)
+        return
     proto_in, proto_out = os.dup(0), os.dup(1)
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     os.dup2(2, 1)  # stray prints from imports must not corrupt the protocol

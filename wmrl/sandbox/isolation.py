@@ -149,10 +149,14 @@ def command(mode: str, zygote_cfg: dict, probe: bool = False, scratch_mb: int = 
 
     py = interpreter()
     hidden = hidden_paths()
-    if probe:
+    if probe and mode != "unshare":
         # as the unprivileged uid, reach the interpreter's packages (a 0700 parent would block them)
         payload = ["-I", "-c", "import os; os.setgroups([]); os.setgid(%d); os.setuid(%d); import numpy, sklearn; "
                    "print('probe-ok')" % (UID_BASE, UID_BASE)]
+    elif probe:  # unshare: the same check after the zygote's own mounts, which re-expose the environment
+        cover, expose = _unshare_cover(mode)
+        payload = ["-I", "-B", str(ZYGOTE), json.dumps(dict(zygote_cfg, probe=True, mounts="unshare", hide=list(hidden),
+                                                            cover=cover, expose=expose, scratch_mb=scratch_mb))]
     else:
         zygote = ZYGOTE_IN_SANDBOX if mode == "bwrap" else str(ZYGOTE)
         cover, expose = _unshare_cover(mode)
@@ -213,10 +217,12 @@ def _unshare_cover(mode: str) -> tuple[list[str], list[str]]:
     from wmrl.config import TaskConfig
 
     repo = str(Path(__file__).resolve().parents[2])
-    cover = sorted(p for p in {repo, os.path.expanduser(TaskConfig.cache_dir), os.path.expanduser("~/.cache"),
-                               os.getcwd(), "/home", "/work", "/mnt", "/media", "/srv", "/var/lib", "/var/log",
-                               "/run/secrets"} if os.path.isdir(p) and p != "/")
     roots = python_roots()
+    # the home directory, and any directory the slot uid could not traverse to reach the environment
+    closed = {str(a) for r in roots for a in Path(r).parents if a != Path("/") and not os.stat(a).st_mode & 0o001}
+    cover = sorted(p for p in {repo, os.path.expanduser(TaskConfig.cache_dir), os.path.expanduser("~/.cache"),
+                               os.path.expanduser("~"), os.getcwd(), "/home", "/work", "/mnt", "/media", "/srv",
+                               "/var/lib", "/var/log", "/run/secrets", *closed} if os.path.isdir(p) and p != "/")
     # never cover the interpreter itself or part of it; re-expose the roots that lie inside a cover
     cover = [p for p in cover if not any(p == r or p.startswith(r + os.sep) for r in roots)]
     expose = [r for r in roots if any(r.startswith(p + os.sep) for p in cover)]
