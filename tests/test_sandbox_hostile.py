@@ -684,3 +684,20 @@ def test_a_hostile_neighbour_cannot_starve_a_slot(sandbox, host):
         benign.append(fit_next_to(SPIN_1))
         hostile.append(fit_next_to(SPIN_32))
     assert min(hostile) <= 1.5 * max(benign), (hostile, benign)
+
+
+def test_unshare_isolation_runs_the_hosts_environment_and_hides_the_host(task, host):
+    """The fallback isolation reuses the host tree: the environment (e.g. a venv in a 0700 home) must
+    stay reachable for the slot uid while the repo, host cache and dataset copies stay hidden."""
+    import sklearn
+
+    iris_csv = str(Path(sklearn.__file__).parent / "datasets" / "data" / "iris.csv")
+    with LocalSandbox(SandboxConfig(slots=1, isolation="unshare")) as sb:
+        out = run_hostile(sb, task, host, f"""
+            import os, sys, sklearn
+            def build():
+                seen = [p for p in {[str(REPO / "wmrl"), str(host["secret"]), iris_csv]!r}
+                        if os.path.exists(p) and os.path.getsize(p) > 0]
+                raise RuntimeError("env=" + repr((sys.prefix, sklearn.__file__)) + " seen=" + repr(seen))
+        """, "runtime_error", 0.1)
+    assert "env=" + repr((sys.prefix, sklearn.__file__)) in out.stderr_tail and "seen=[]" in out.stderr_tail

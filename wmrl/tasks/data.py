@@ -58,7 +58,6 @@ def _bundled(name: str) -> Tuple[np.ndarray, np.ndarray]:
     return getattr(sklearn.datasets, f"load_{name}")(return_X_y=True)
 
 
-KEEP_ROWS = 0.9  # share of a public dataset's rows a task keeps (secretly chosen)
 FEATURE_NOISE = 0.2  # noise added to each standardized feature before mixing, in standard deviations
 TARGET_NOISE = 0.1  # noise added to regression targets, in standard deviations of the target
 
@@ -67,15 +66,14 @@ def disguise(X: np.ndarray, y: np.ndarray, secret: str, task: str, kind: str) ->
     """Public data made unrecognisable to anyone holding the public copy, the learning problem kept.
 
     A program may hold a copy of the public dataset (a file the sandbox failed to hide, or rows an
-    LLM memorised), so nothing it sees may map back to public rows exactly: a secret subset of rows;
-    standardized features plus noise, mixed by a secret full-rank linear map (a rotation, per-axis
+    LLM memorised), so nothing it sees may map back to public rows exactly: standardized features
+    plus noise, mixed by a secret full-rank linear map (a rotation, per-axis
     scales in [1/2, 2], another rotation) and shifted, so no column is a public column; regression
     targets carry noise too, so they cannot be matched by value. The noise is what makes it
     non-invertible: even someone who recovered the map only gets a noisy nearest-neighbour lookup.
     """
-    rng = rng_for(secret, task, "disguise")
-    keep = np.sort(rng.choice(len(X), size=int(round(KEEP_ROWS * len(X))), replace=False))
-    X, y = np.asarray(X, dtype=np.float64)[keep], np.asarray(y)[keep]
+    rng = rng_for(secret, task, "disguise")  # every row kept: the splits cover the dataset
+    X = np.asarray(X, dtype=np.float64)
     d = X.shape[1]
     std = X.std(axis=0)
     Z = (X - X.mean(axis=0)) / np.where(std > 0, std, 1.0)
