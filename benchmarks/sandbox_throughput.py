@@ -8,7 +8,11 @@ Measures, in one run and on the same programs:
   program without any isolation (the cold baseline is flattered, not handicapped);
 - parallel efficiency of 2 slots on fit-dominated programs (a ~1 s RandomForest):
   T(1 slot) / (2 * T(2 slots)) on the same batch.
-Targets: warm overhead <= 1/8 of cold; 2-slot efficiency >= 0.8.
+- a benign ~1 s forest's fit time (measured by the worker) alone, next to a slot keeping one core
+  busy with one process, and next to a hostile slot spinning 32 processes in 32 sessions;
+- the cost of loading the seccomp filter in a fresh child (where the sandbox has one).
+Targets: warm overhead <= 1/8 of cold; 2-slot efficiency >= 0.8; forest next to the hostile
+neighbour <= 1.5x its solo time. Run it against two checkouts back to back to compare them.
 """
 from __future__ import annotations
 
@@ -120,6 +124,70 @@ def summarize(total: float, runs: list[tuple[float, float]], n: int) -> dict:
             "compute_mean_s": statistics.mean(c for _, c in runs)}
 
 
+SPIN_1 = "def build():\n    while True:\n        pass\n"
+SPIN_32 = """
+import os
+def build():
+    for _ in range(31):
+        try:
+            if os.fork() == 0:
+                break
+        except OSError:
+            break
+    try:
+        os.setsid()  # a session each: autogroups would otherwise weigh them as one
+    except OSError:
+        pass
+    while True:
+        pass
+"""
+
+
+def neighbours(task, program: str, rounds: int, isolation: str) -> dict:
+    """Median fit time of `program` alone, next to one busy process, next to a 32-process hostile slot."""
+    spinner = SyntheticTask(200, 4, "bench-spinner")
+    spinner.time_limit_s = 6.0
+    fits = {"solo": [], "benign_neighbour": [], "hostile_neighbour": []}
+    with LocalSandbox(SandboxConfig(slots=2, isolation=isolation)) as sb:
+        sb.run([ExecRequest(task, program), ExecRequest(spinner, LIGHT)])
+        for _ in range(rounds):  # interleaved: other load on the machine drifts
+            fits["solo"].append(sb.run([ExecRequest(task, program)])[0].fit_s)
+            for key, hog in (("benign_neighbour", SPIN_1), ("hostile_neighbour", SPIN_32)):
+                future = sb.submit([ExecRequest(spinner, hog)])
+                time.sleep(1.5)
+                fits[key].append(sb.run([ExecRequest(task, program)])[0].fit_s)
+                future.result()
+    out = {f"{k}_fit_median_s": statistics.median(v) for k, v in fits.items()}
+    out["hostile_over_solo"] = out["hostile_neighbour_fit_median_s"] / out["solo_fit_median_s"]
+    out["hostile_over_benign"] = out["hostile_neighbour_fit_median_s"] / out["benign_neighbour_fit_median_s"]
+    return out
+
+
+def seccomp_load_ms(n: int = 50) -> float | None:
+    """Median time to load the sandbox's seccomp filter in a fresh child process, ms."""
+    from wmrl.sandbox import _zygote
+
+    if not hasattr(_zygote, "build_filter"):
+        return None  # a sandbox without a filter
+    filt, why = _zygote.build_filter()
+    if filt is None:
+        return None
+    times = []
+    for _ in range(n):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            t = time.perf_counter()
+            filt.load()
+            os.write(w, json.dumps(time.perf_counter() - t).encode())
+            os._exit(0)
+        os.close(w)
+        os.waitpid(pid, 0)
+        times.append(json.loads(os.read(r, 64)))
+        os.close(r)
+    return 1000 * statistics.median(times)
+
+
 def calibrate_trees(task, target_s: float = 1.0) -> int:
     """Trees that make a single-threaded RandomForest fit take about `target_s` here."""
     from sklearn.ensemble import RandomForestClassifier
@@ -137,6 +205,7 @@ def main() -> None:
     p.add_argument("--n", type=int, default=12, help="executions per light measurement")
     p.add_argument("--heavy-n", type=int, default=6, help="fit-dominated executions per parallel measurement")
     p.add_argument("--isolation", default="auto")
+    p.add_argument("--rounds", type=int, default=3, help="rounds of the neighbour measurement")
     args = p.parse_args()
 
     light_task = SyntheticTask(600, 10, "bench-light")
@@ -151,11 +220,14 @@ def main() -> None:
     res["heavy_cold"] = cold(heavy_task, heavy, 2)
     res["heavy_warm_1slot"] = warm(heavy_task, heavy, args.heavy_n, 1, args.isolation, batch=True)
     res["heavy_warm_2slots"] = warm(heavy_task, heavy, args.heavy_n, 2, args.isolation, batch=True)
+    res["neighbours"] = neighbours(heavy_task, heavy, args.rounds, args.isolation)
+    res["seccomp_load_ms"] = seccomp_load_ms()
     res["loadavg_1min_at_end"] = os.getloadavg()[0]
     res["overhead_ratio_warm_over_cold"] = res["light_warm_1slot"]["overhead_mean_s"] / res["light_cold"]["overhead_mean_s"]
     res["parallel_efficiency_2slots"] = res["heavy_warm_1slot"]["total_s"] / (2 * res["heavy_warm_2slots"]["total_s"])
     res["targets_met"] = {"overhead_le_1/8_cold": res["overhead_ratio_warm_over_cold"] <= 1 / 8,
-                          "efficiency_ge_0.8": res["parallel_efficiency_2slots"] >= 0.8}
+                          "efficiency_ge_0.8": res["parallel_efficiency_2slots"] >= 0.8,
+                          "hostile_neighbour_le_1.5x_solo": res["neighbours"]["hostile_over_solo"] <= 1.5}
 
     print(f"\ncpu cores: {res['cpu_count']}, isolation: {args.isolation}, RandomForest trees: {trees}, "
           f"load average at start/end: {res['loadavg_1min_at_start']:.1f}/{res['loadavg_1min_at_end']:.1f}\n")
@@ -168,6 +240,12 @@ def main() -> None:
               f"| {r['compute_mean_s']:.3f} |")
     print(f"\nwarm/cold overhead ratio: {res['overhead_ratio_warm_over_cold']:.3f} (target <= 0.125)")
     print(f"parallel efficiency, 2 slots, fit-dominated: {res['parallel_efficiency_2slots']:.2f} (target >= 0.8)")
+    nb = res["neighbours"]
+    print(f"forest fit, median s: solo {nb['solo_fit_median_s']:.2f}, next to one busy process "
+          f"{nb['benign_neighbour_fit_median_s']:.2f}, next to 32 hostile processes {nb['hostile_neighbour_fit_median_s']:.2f} "
+          f"(hostile/solo {nb['hostile_over_solo']:.2f}, target <= 1.5; hostile/benign {nb['hostile_over_benign']:.2f})")
+    ms = res["seccomp_load_ms"]
+    print(f"seccomp filter load per execution: {'n/a' if ms is None else f'{ms:.2f} ms'}")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(res, indent=2))

@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
-# Sets up (idempotent) and runs the whole test suite.
+# Sets up (idempotent) and runs the whole test suite, then the hostile-program tests once more with
+# wmrl installed in a fresh virtualenv (how most users install it; the sandbox must work there too).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export MLFLOW_DISABLE_TELEMETRY=true
-exec python3 -m pytest -q tests
+python3 -m pytest -q tests
+VENV="$(mktemp -d /tmp/wmrl-ci-venv.XXXXXX)"
+trap 'rm -rf "$VENV"' EXIT
+python3 -m venv "$VENV"
+PYTHON="$VENV/bin/python" bash scripts/setup.sh
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/test_sandbox_hostile.py tests/test_sandbox_disguise.py

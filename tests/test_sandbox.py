@@ -183,3 +183,22 @@ def test_concurrent_sandboxes_get_disjoint_uids(sandbox, task):
         future = sandbox.submit([ExecRequest(task, SLEEP.format(s=1.0))])
         assert other.run([ExecRequest(task, GOOD)])[0].status is Status.VALID
         assert future.result(timeout=60)[0].status is Status.VALID
+
+
+def _no_nan(constant):
+    raise ValueError(f"{constant} is not JSON")
+
+
+def test_cli_prints_strict_json_whatever_the_program_reports(tmp_path):
+    """A program that makes its clock return NaN once printed `NaN`, which JSON parsers reject."""
+    liar = tmp_path / "liar.py"
+    liar.write_text("import time\nfrom sklearn.linear_model import LogisticRegression\n"
+                    "class Liar(LogisticRegression):\n"
+                    "    def fit(self, X, y):\n        super().fit(X, y)\n"
+                    "        time.perf_counter = lambda: float('nan')\n        return self\n"
+                    "def build():\n    return Liar(max_iter=2000)\n")
+    r = subprocess.run([sys.executable, "-m", "wmrl.sandbox", "--task", "iris", str(liar), "sandbox.slots=1"],
+                       cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    [line] = [json.loads(line, parse_constant=_no_nan) for line in r.stdout.splitlines()]
+    assert line["status"] == "valid" and math.isfinite(line["fit_s"]) and math.isfinite(line["predict_s"])

@@ -48,6 +48,9 @@ class SandboxConfig:
     retries: int = opt(1, "retries of an execution lost to the sandbox itself before infra_error")
     max_prediction_mb: int = opt(64, "largest predictions array accepted back from an execution, MiB")
     scratch_mb: int = opt(512, "size of each worker's private scratch tmpfs, MiB")
+    cgroups: str = opt("auto", "per-slot cgroups (memory incl. shm/memfd, CPU quota, pids): auto | require | off")
+    cpus_per_slot: float = opt(1.0, "CPU quota of one slot, cores (cgroup); a slot gets its own core if slots <= cores")
+    worker_memory_mb: int = opt(512, "memory of a slot's warm worker on top of memory_mb (the slot's cgroup limit)")
 
 
 @dataclass

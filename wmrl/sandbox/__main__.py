@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -56,8 +57,19 @@ def main(argv: list[str] | None = None) -> int:
     with sandbox:
         requests = [ExecRequest(task, p.read_text(), split=args.split, meta={"file": str(p)}) for p in programs]
         for path, outcome in zip(programs, sandbox.run(requests)):
-            print(json.dumps({"program": str(path), **outcome.to_dict()}), flush=True)
+            print(json.dumps(strict_json({"program": str(path), **outcome.to_dict()}), allow_nan=False), flush=True)
     return 0
+
+
+def strict_json(value):
+    """`value` with every non-finite float replaced by null: NaN and Infinity are not JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    return value
 
 
 if __name__ == "__main__":

@@ -1,17 +1,25 @@
-"""The in-sandbox worker: imports the scientific stack once, then forks one child per program.
+"""The in-sandbox worker: imports the scientific stack once, then runs each program in a fresh child.
 
-Standalone on purpose (stdlib + numpy only): the repo is not visible inside the sandbox.
-It runs as root inside the isolation so it can drop each child to the slot's unprivileged
-uid; that uid makes RLIMIT_NPROC bind, cannot signal the zygote, and lets every leftover
-process of an execution be swept with one kill(-1).
+Standalone on purpose (stdlib, numpy and pyseccomp only): the repo is not visible inside the sandbox.
+Three kinds of process, so that a program can neither forge a verdict nor see anything but its own input:
+- the zygote (root inside the isolation) speaks the host protocol, caches task arrays as bytes and
+  supervises each execution: it alone measures time and decides the status, including infra_error;
+- the template, forked right after the imports and before any task data or program arrived, forks
+  one child per execution, so a child inherits the warm imports and nothing else;
+- the child: a fresh IPC namespace, rlimits, the slot's unprivileged uid, a seccomp filter, then
+  its own source and arrays read from a pipe, build/fit/predict, one result frame.
+The uid makes RLIMIT_NPROC bind, cannot signal the zygote, and lets every leftover process of an
+execution be swept with one kill(-1).
 
 Protocol on stdin/stdout (host <-> zygote): frames of a 4-byte big-endian header length, a
 JSON header, then the raw blobs whose byte lengths the header lists in "blobs".
-  host: {"op": "data", "key", "names"} + .npy blobs  -> caches arrays under key
+  host: {"op": "data", "key"} + .npy blobs           -> caches the arrays' bytes under key
   host: {"op": "run", "key", "source", "limits"}      -> {"op": "need_data"} or a result
   zygote result: {"op": "result", "status", "detail", "fit_s", "predict_s", "exec_s",
                   "stdout_tail", "stderr_tail", "blobs": [n]} + raw .npy predictions
-Usage: python _zygote.py '{"uid": 60000, "hide": [...], "mounts": "none"|"unshare"}'
+Child -> zygote: one-byte marks the zygote timestamps (S set up, B built, F fitted, P predicted)
+and one result frame {"status", "detail"} + .npy predictions; nothing else in it is trusted.
+Usage: python _zygote.py '{"uid": 60000, "hide": [...], "mounts": "none"|"unshare", ...}'
 """
 import os
 import sys
@@ -22,12 +30,14 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUME
 
 import collections
 import ctypes
+import errno
 import io
 import json
 import resource
 import select
 import shutil
 import signal
+import socket
 import struct
 import time
 import traceback
@@ -44,8 +54,25 @@ PRELOAD = (
     "sklearn.kernel_approximation", "sklearn.dummy", "sklearn.calibration", "sklearn.multiclass",
     "sklearn.gaussian_process", "sklearn.cluster", "sklearn.feature_extraction",
 )
-MAX_CACHED = 8  # task arrays kept per worker (a few task/split pairs)
+MAX_CACHED = 8  # task arrays kept per worker (a few task/split pairs), as bytes: children never inherit them
 PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 38, 36
+CLONE_NEWIPC = 0x08000000
+# CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET, NEWTIME
+NAMESPACE_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000, 0x00000080)
+# Calls a fit never needs and that reach beyond the execution: kernel keyrings (they outlive it),
+# namespaces (a user namespace undoes the uid drop), tracing, mounts, eBPF, perf, kernel modules,
+# io_uring (its requests bypass this filter), other processes' memory, clocks, swap, reboot.
+DENIED_SYSCALLS = (
+    "keyctl", "add_key", "request_key", "unshare", "setns", "ptrace", "process_vm_readv", "process_vm_writev",
+    "mount", "umount2", "pivot_root", "chroot", "fsopen", "fsmount", "fsconfig", "fspick", "move_mount",
+    "open_tree", "mount_setattr", "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter",
+    "io_uring_register", "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
+    "open_by_handle_at", "name_to_handle_at", "fanotify_init", "lookup_dcookie", "quotactl", "syslog", "acct",
+    "swapon", "swapoff", "reboot", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "vhangup",
+    "mbind", "migrate_pages", "move_pages", "set_mempolicy",
+)
+MARKS = b"SBFP"  # set up, built, fitted, predicted
+CHILD_STATUSES = ("valid", "runtime_error", "no_valid_output")  # all a program can claim about itself
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -67,11 +94,13 @@ def read_frame(fd):
     return header, [read_exact(fd, n) for n in header.get("blobs", [])]
 
 
+def encode_frame(header, blobs=()):
+    h = json.dumps(dict(header, blobs=[len(b) for b in blobs])).encode()
+    return b"".join([struct.pack(">I", len(h)), h, *blobs])
+
+
 def write_frame(fd, header, blobs=()):
-    header = dict(header, blobs=[len(b) for b in blobs])
-    h = json.dumps(header).encode()
-    data = b"".join([struct.pack(">I", len(h)), h, *blobs])
-    view = memoryview(data)
+    view = memoryview(encode_frame(header, blobs))
     while view:
         view = view[os.write(fd, view):]
 
@@ -85,8 +114,9 @@ def _mount(src, dst, fstype, flags, data=None):
 
 
 def setup_unshare_mounts(cfg):
-    """Inside a fresh mount namespace: hide paths under empty tmpfs, give /tmp its own tmpfs,
-    and make every other mount read-only (the child is unprivileged, this is defence in depth)."""
+    """Inside a fresh mount namespace: cover secret places with empty tmpfs (re-exposing the Python
+    environment where it lives inside one, e.g. a venv in a home directory), hide dataset copies,
+    give /tmp its own tmpfs, and make every other mount read-only."""
     MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     with open("/proc/self/mountinfo") as f:
@@ -98,25 +128,79 @@ def setup_unshare_mounts(cfg):
             _mount(p, p, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
         except OSError:
             pass  # some special mounts refuse; they stay as the DAC lets them be
+    # O_PATH handles keep the environment reachable after its parent is covered
+    handles = {r: os.open(r, os.O_PATH | os.O_DIRECTORY) for r in cfg.get("expose", []) if os.path.isdir(r)}
+    covered = []
+    for p in cfg.get("cover", []):
+        if os.path.isdir(p):  # not when an earlier cover already emptied its parent
+            _mount("tmpfs", p, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755")
+            covered.append(p)
+    for r, fd in handles.items():
+        os.makedirs(r, mode=0o755, exist_ok=True)  # inside the covering tmpfs
+        _mount(f"/proc/self/fd/{fd}", r, None, MS_BIND | MS_REC)
+        _mount(None, r, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
+        os.close(fd)
+    for p in covered:
+        _mount(None, p, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, "size=64k,mode=0755")
     for p in cfg.get("hide", []):
         if os.path.isdir(p):
             _mount("tmpfs", p, "tmpfs", MS_NOSUID | MS_NODEV | MS_RDONLY, "size=4k,mode=0755")
+        elif os.path.isfile(p):
+            _mount("/dev/null", p, None, MS_BIND)
     for p in ("/tmp", "/var/tmp", "/dev/shm", "/run/shm"):
         if os.path.isdir(p) and not os.path.islink(p):
             mode = "0755" if p == "/tmp" else "0000"
             _mount("tmpfs", p, "tmpfs", MS_NOSUID | MS_NODEV, f"size={cfg.get('scratch_mb', 256)}m,mode={mode}")
 
 
+# ---------------------------------------------------------------- seccomp
+def build_filter():
+    """(filter, "") or (None, why): denies the calls above with EPERM, clone() with any namespace
+    flag, and clone3 with ENOSYS (its flags are out of a filter's reach; libc falls back to clone)."""
+    try:
+        import pyseccomp as sc
+    except Exception as e:  # noqa: BLE001 - any import failure means "no filter", reported to the host
+        return None, f"pyseccomp unavailable: {e!r}"
+    try:
+        f = sc.SyscallFilter(sc.ALLOW)
+        deny = sc.ERRNO(errno.EPERM)
+        for name in DENIED_SYSCALLS:
+            try:
+                f.add_rule(deny, name)
+            except (ValueError, OSError):  # a call this kernel/arch does not have
+                pass
+        for flag in NAMESPACE_FLAGS:
+            f.add_rule(deny, "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
+        f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
+        return f, ""
+    except Exception as e:  # noqa: BLE001
+        return None, f"seccomp filter could not be built: {e!r}"
+
+
 # ---------------------------------------------------------------- the child (one execution)
-def child_main(source, arrays, limits, scratch, result_w, out_w, err_w):
-    """Never returns. Drops privileges, runs build/fit/predict, writes one result frame."""
+def child_main(spec, fds, seccomp_filter):
+    """Never returns. Sets up the walls, reads its own input, runs build/fit/predict, writes one frame."""
+    data_r, result_w, out_w, err_w, marks_w = fds
+    limits = spec["limits"]
     try:
         os.setsid()  # own process group: a timeout kills the group, not the zygote
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
-        os.closerange(3, result_w)
-        os.closerange(result_w + 1, 65536)
+        keep = sorted({data_r, result_w, marks_w})
+        low = 3
+        for fd in keep:
+            os.closerange(low, fd)
+            low = fd + 1
+        os.closerange(low, 65536)
+        if limits["drop_uid"]:  # root here: a private IPC namespace, gone when the execution's last process is
+            if _libc.unshare(CLONE_NEWIPC) != 0:
+                raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWIPC)")
+        try:
+            with open("/proc/self/oom_score_adj", "w") as f:
+                f.write("1000")  # under the slot's memory limit the program goes first, never the zygote
+        except OSError:
+            pass
         uid = limits["uid"]
         cpu = int(limits["cpu_s"])
         mem = limits["memory_mb"] << 20
@@ -131,78 +215,132 @@ def child_main(source, arrays, limits, scratch, result_w, out_w, err_w):
             if soft > 0:  # 0: not enforced (RLIMIT_NPROC without a private uid would count the host user)
                 resource.setrlimit(res, (soft, hard))
         _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # setuid binaries cannot regain root
-        os.chdir(scratch)
-        if limits.get("drop_uid", True):
+        os.chdir(spec["scratch"])
+        if limits["drop_uid"]:
             os.setgroups([])
             os.setgid(uid)
             os.setuid(uid)
         os.environ.clear()
         os.environ.update({k: "1" for k in CHILD_ENV_KEEP})
-        os.environ.update(PATH="/usr/local/bin:/usr/bin:/bin", HOME=scratch, TMPDIR=scratch,
-                          LANG="C.UTF-8", MPLCONFIGDIR=scratch, JOBLIB_TEMP_FOLDER=scratch)
+        os.environ.update(PATH="/usr/local/bin:/usr/bin:/bin", HOME=spec["scratch"], TMPDIR=spec["scratch"],
+                          LANG="C.UTF-8", MPLCONFIGDIR=spec["scratch"], JOBLIB_TEMP_FOLDER=spec["scratch"])
+        if seccomp_filter is not None:
+            seccomp_filter.load()  # last: nothing of the set-up above is denied
+        os.write(marks_w, b"S")
+    except BaseException as e:  # no S mark: the zygote calls it the sandbox's failure
+        try:
+            os.write(2, f"[sandbox] child setup failed: {e!r}\n".encode())
+        finally:
+            os._exit(3)
+    try:
+        header, blobs = read_frame(data_r)
+        os.close(data_r)
         sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", buffering=0), write_through=True)
         sys.stderr = io.TextIOWrapper(os.fdopen(2, "wb", buffering=0), write_through=True)
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    except BaseException as e:  # setup failure is the sandbox's fault
-        _child_result(result_w, {"status": "infra_error", "detail": f"child setup: {e!r}"})
-        os._exit(0)
-    result = _run_program(source, arrays, result_w)
-    _child_result(result_w, *result)
+    except BaseException:
+        os._exit(4)  # the zygote sees no result frame and no death by signal: it knows what it sent
+    result = _run_program(header["source"], blobs, marks_w)
+    try:
+        write_frame(result_w, *result)
+    except BaseException:
+        pass
     os._exit(0)
 
 
-def _run_program(source, arrays, result_w):
+def _run_program(source, blobs, marks_w):
     import numpy as np
 
-    X_train, y_train, X_eval = arrays
+    X_train, y_train, X_eval = (np.load(io.BytesIO(b), allow_pickle=False) for b in blobs)
+    del blobs
     import random
 
     random.seed(0)  # same program, same data -> same outcome: estimators without random_state are
     np.random.seed(0)  # reproducible, so a resumed run replays its executions exactly
-    fit_s = predict_s = None
     stage = "build"
     try:
         namespace = {"__name__": "__main__", "__file__": "program.py", "__builtins__": __builtins__}
         code = compile(source, "program.py", "exec")
+        del source
         exec(code, namespace)
         model = namespace["build"]()
         if not (callable(getattr(model, "fit", None)) and callable(getattr(model, "predict", None))):
             return ({"status": "no_valid_output",
                      "detail": f"build() returned {type(model).__name__}, which has no fit/predict"},)
         stage = "fit"
-        t = time.perf_counter()
+        os.write(marks_w, b"B")
         model.fit(X_train, y_train)
-        fit_s = time.perf_counter() - t
+        os.write(marks_w, b"F")
         stage = "predict"
-        t = time.perf_counter()
         pred = model.predict(X_eval)
-        predict_s = time.perf_counter() - t
+        os.write(marks_w, b"P")
     except SystemExit as e:
         traceback.print_exception(type(e), e, e.__traceback__.tb_next)  # hide the harness frame
-        return ({"status": "runtime_error", "detail": f"sys.exit({e.code!r}) in {stage}",
-                 "fit_s": fit_s, "predict_s": predict_s},)
+        return ({"status": "runtime_error", "detail": f"sys.exit({e.code!r}) in {stage}"},)
     except BaseException as e:
         traceback.print_exception(type(e), e, e.__traceback__.tb_next)  # hide the harness frame
-        return ({"status": "runtime_error", "detail": f"{type(e).__name__} in {stage}: {str(e)[:200]}",
-                 "fit_s": fit_s, "predict_s": predict_s},)
-    times = {"fit_s": fit_s, "predict_s": predict_s}
+        return ({"status": "runtime_error", "detail": f"{type(e).__name__} in {stage}: {str(e)[:200]}"},)
     try:
         arr = np.asarray(pred)
-        if arr.dtype.kind not in "biuf":
-            arr = arr.astype(np.float64)  # e.g. a list of numbers; strings/objects fail here
+        if arr.dtype.kind not in "biuf" or arr.dtype.fields is not None:  # no complex, text or objects
+            return ({"status": "no_valid_output", "detail": f"predictions are not real numbers (dtype {arr.dtype})"},)
         buf = io.BytesIO()
         np.lib.format.write_array(buf, arr, allow_pickle=False)
     except BaseException as e:
-        return ({"status": "no_valid_output", "detail": f"predictions are not a numeric array: {str(e)[:200]}",
-                 **times},)
-    return {"status": "valid", "detail": "", **times}, buf.getvalue()
+        return ({"status": "no_valid_output", "detail": f"predictions are not a numeric array: {str(e)[:200]}"},)
+    return {"status": "valid", "detail": ""}, [buf.getvalue()]
 
 
-def _child_result(fd, header, blob=b""):
-    try:
-        write_frame(fd, header, [blob] if blob else [])
-    except BaseException:
-        pass
+# ---------------------------------------------------------------- the template
+def template_main(sock, seccomp_filter):
+    """Forks one child per request and holds nothing else: it was forked before any task data or
+    program reached the zygote, so that is all a child can inherit."""
+    while True:
+        try:
+            msg, fds, _, _ = socket.recv_fds(sock, 1 << 16, 8)
+        except OSError:
+            os._exit(0)
+        if not msg:
+            os._exit(0)
+        spec = json.loads(msg)
+        pid = os.fork()
+        if pid == 0:  # an intermediate: its child is orphaned to the zygote (the subreaper), which reaps it
+            child = os.fork()
+            if child == 0:
+                sock.close()
+                child_main(spec, fds, seccomp_filter)
+            try:
+                sock.send(json.dumps({"pid": child}).encode())
+            finally:
+                os._exit(0)
+        for fd in fds:
+            os.close(fd)
+        os.waitpid(pid, 0)
+
+
+class Template:
+    """The zygote's handle on its template process."""
+
+    def __init__(self, seccomp_filter):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.pid = os.fork()
+        if self.pid == 0:
+            ours.close()
+            try:
+                template_main(theirs, seccomp_filter)
+            finally:
+                os._exit(0)
+        theirs.close()
+        self.sock = ours
+
+    def spawn(self, spec, fds, timeout_s=30.0):
+        """Pid of a new child running `spec` with the given pipe ends."""
+        socket.send_fds(self.sock, [json.dumps(spec).encode()], fds)
+        self.sock.settimeout(timeout_s)
+        msg = self.sock.recv(4096)
+        if not msg:
+            raise RuntimeError("template process is gone")
+        return json.loads(msg)["pid"]
 
 
 # ---------------------------------------------------------------- the zygote side of one execution
@@ -224,14 +362,16 @@ class Tail:
         return data.decode("utf-8", "replace")
 
 
-def sweep(uid, child):
-    """Kill every process of `uid` and reap them all; return the wait status of `child`.
+def sweep(uid, child, deadline_s=10.0):
+    """Kill every process of `uid`, reap them all; return the wait status of `child`.
 
     A helper that setuid()s to `uid` sends kill(-1, SIGKILL): the kernel walks the task
-    list under a lock that fork() needs, so one pass catches even a fork bomb.
+    list under a lock that fork() needs, so one pass catches even a fork bomb. The template is
+    also our child, so reaping never blocks.
     """
     status = None
-    for _ in range(20):
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
         helper = os.fork()
         if helper == 0:
             try:
@@ -242,16 +382,25 @@ def sweep(uid, child):
                 os.kill(-1, signal.SIGKILL)
             finally:
                 os._exit(0)
-        while True:  # we are the subreaper: every orphan of the execution comes back to us
-            try:
-                pid, st = os.waitpid(-1, 0)
-            except ChildProcessError:
-                break
-            if pid == child:
-                status = st
-        if not processes_of(uid):
+        os.waitpid(helper, 0)
+        status = _reap(child, status)
+        if status is not None and not processes_of(uid):
             break
+        time.sleep(0.002)  # killed processes are still being torn down
     return status
+
+
+def _reap(child, status):
+    """Reap every exited orphan (we are the subreaper); the status of `child` once it is among them."""
+    while True:
+        try:
+            pid, st = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return status
+        if pid == 0:
+            return status
+        if pid == child:
+            status = st
 
 
 def processes_of(uid):
@@ -267,7 +416,7 @@ def processes_of(uid):
     return out
 
 
-def execute(header, arrays, cfg):
+def execute(header, blobs, cfg, template):
     drop_uid = cfg.get("drop_uid", True)
     limits = dict(header["limits"], drop_uid=drop_uid)
     uid = cfg["uid"]
@@ -275,39 +424,56 @@ def execute(header, arrays, cfg):
     os.mkdir(scratch, 0o700)
     if drop_uid:
         os.chown(scratch, uid, uid)
-    pipes = [os.pipe() for _ in range(3)]  # result, stdout, stderr
+    data_r, data_w = os.pipe()
+    (result_r, result_w), (out_r, out_w), (err_r, err_w), (marks_r, marks_w) = (os.pipe() for _ in range(4))
+    child_ends = [data_r, result_w, out_w, err_w, marks_w]
     t0 = time.monotonic()
-    pid = os.fork()
-    if pid == 0:
-        child_main(header["source"], arrays, limits, scratch, pipes[0][1], pipes[1][1], pipes[2][1])
-    for _, w in pipes:
-        os.close(w)
-    readers = [r for r, _ in pipes]
-    for r in readers:
-        os.set_blocking(r, False)
+    try:
+        pid = template.spawn({"limits": limits, "scratch": scratch}, child_ends)
+    finally:
+        for fd in child_ends:
+            os.close(fd)
+    pending = memoryview(encode_frame({"source": header["source"]}, blobs))
+    for fd in (data_w, result_r, out_r, err_r, marks_r):
+        os.set_blocking(fd, False)
     result = bytearray()
     result_cap = (limits["prediction_cap_mb"] << 20) + 65536  # + the result header
-    tails = {readers[1]: Tail(limits["output_cap"]), readers[2]: Tail(limits["output_cap"])}
+    tails = {out_r: Tail(limits["output_cap"]), err_r: Tail(limits["output_cap"])}
+    marks = {}
     pidfd = os.pidfd_open(pid)
     deadline = t0 + limits["wall_s"]
-    timed_out = too_big = False
-    open_fds = set(readers)
-    exited = False
+    timed_out = too_big = exited = False
+    open_fds = {result_r, out_r, err_r, marks_r}
     while not exited:
         left = deadline - time.monotonic()
         if left <= 0:
             timed_out = True
             break
-        ready, _, _ = select.select(list(open_fds) + [pidfd], [], [], left)
+        writers = [data_w] if data_w is not None else []
+        ready, writable, _ = select.select(list(open_fds) + [pidfd], writers, [], left)
+        now = time.monotonic()
+        if writable:
+            try:
+                pending = pending[os.write(data_w, pending):]
+            except BlockingIOError:
+                pass
+            except OSError:  # the child is gone before reading its input
+                pending = pending[:0]
+            if not pending:
+                os.close(data_w)
+                data_w = None
         for fd in ready:
             if fd == pidfd:
                 exited = True
-                continue
-            _drain(fd, open_fds, tails, result, result_cap)
+            elif fd == marks_r:
+                _read_marks(fd, open_fds, marks, now)
+            else:
+                _drain(fd, open_fds, tails, result, result_r, result_cap)
         if len(result) > result_cap:
             too_big = True
             break
-    exec_s = time.monotonic() - t0
+    end = time.monotonic()
+    exec_s = end - t0
     try:
         os.kill(pid, signal.SIGKILL)  # as root: works even if the child never dropped privileges
     except ProcessLookupError:
@@ -319,18 +485,34 @@ def execute(header, arrays, cfg):
             os.killpg(pid, signal.SIGKILL)
         except OSError:
             pass
-        wstatus = os.waitpid(pid, 0)[1]
+        wstatus = _wait_orphan(pid)
     os.close(pidfd)
     for fd in list(open_fds):  # what was written before the end still counts
-        _drain(fd, open_fds, tails, result, result_cap)
-    for r in readers:
-        os.close(r)
+        if fd == marks_r:
+            _read_marks(fd, open_fds, marks, end)
+        else:
+            _drain(fd, open_fds, tails, result, result_r, result_cap)
+    for fd in (result_r, out_r, err_r, marks_r) + ((data_w,) if data_w is not None else ()):
+        os.close(fd)
     shutil.rmtree(scratch, ignore_errors=True)
+    return judge(limits, marks, result, wstatus, exec_s, timed_out, too_big, tails[out_r], tails[err_r])
 
-    out = {"stdout_tail": tails[readers[1]].text(), "stderr_tail": tails[readers[2]].text(),
-           "exec_s": exec_s, "fit_s": None, "predict_s": None}
+
+def judge(limits, marks, result, wstatus, exec_s, timed_out, too_big, out_tail, err_tail):
+    """The zygote's verdict. Times come from the zygote's clock at the child's marks, never from the
+    program; infra_error only when the child never finished its set-up."""
+    fit_s = predict_s = None
+    if "B" in marks and "F" in marks and marks["B"] <= marks["F"]:
+        fit_s = marks["F"] - marks["B"]
+        if "P" in marks and marks["F"] <= marks["P"]:
+            predict_s = marks["P"] - marks["F"]
+    out = {"stdout_tail": out_tail.text(), "stderr_tail": err_tail.text(), "exec_s": exec_s,
+           "fit_s": fit_s, "predict_s": predict_s}
     blob = b""
-    if timed_out:
+    if "S" not in marks:
+        out.update(status="infra_error", detail=f"the child was not set up: {err_tail.text()[-300:]}",
+                   fit_s=None, predict_s=None)
+    elif timed_out:
         out.update(status="timeout", detail=f"no result within {limits['wall_s']:.1f} s")
     elif too_big:
         out.update(status="no_valid_output", detail="predictions larger than the cap")
@@ -338,15 +520,18 @@ def execute(header, arrays, cfg):
         try:
             (hlen,) = struct.unpack(">I", bytes(result[:4]))
             child = json.loads(bytes(result[4:4 + hlen]))
-            sizes = child.get("blobs", [])
-            blob = bytes(result[4 + hlen:4 + hlen + sum(sizes)])
-            if len(blob) != sum(sizes):
-                raise ValueError("truncated predictions")
             status = child.get("status")
-            if status not in ("valid", "runtime_error", "no_valid_output", "infra_error"):
-                raise ValueError(f"unknown status {status!r}")
-            out.update(status=status, detail=str(child.get("detail", ""))[:500],
-                       fit_s=_num(child.get("fit_s")), predict_s=_num(child.get("predict_s")))
+            if status not in CHILD_STATUSES:
+                raise ValueError(f"a program cannot report status {status!r}")
+            sizes = child.get("blobs", [])
+            if not isinstance(sizes, list) or not all(isinstance(n, int) and n >= 0 for n in sizes):
+                raise ValueError("malformed blob sizes")
+            blob = bytes(result[4 + hlen:4 + hlen + sum(sizes)])
+            if len(blob) != sum(sizes) or (status == "valid" and not blob):
+                raise ValueError("truncated predictions")
+            out.update(status=status, detail=str(child.get("detail", ""))[:500])
+            if status != "valid":
+                blob = b""
         except Exception as e:
             blob = b""
             if os.WIFSIGNALED(wstatus):
@@ -355,6 +540,8 @@ def execute(header, arrays, cfg):
                 detail = f"killed by signal {name}"
                 if sig == signal.SIGXCPU:
                     detail += " (CPU-time limit)"
+                elif sig == signal.SIGKILL:
+                    detail += " (memory or process limit, or the program itself)"
             elif os.WIFEXITED(wstatus) and len(result) == 0:
                 detail = f"exited with code {os.WEXITSTATUS(wstatus)} before reporting a result"
             else:
@@ -363,11 +550,35 @@ def execute(header, arrays, cfg):
     return out, ([blob] if blob else [])
 
 
-def _num(x):
-    return float(x) if isinstance(x, (int, float)) else None
+def _wait_orphan(pid, timeout_s=10.0):
+    """Wait status of `pid`, which becomes our child once its short-lived parent (the intermediate) exits."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        try:
+            got, st = os.waitpid(pid, os.WNOHANG)
+            if got == pid:
+                return st
+        except ChildProcessError:
+            pass  # not reparented to us yet
+        time.sleep(0.001)
+    return 0
 
 
-def _drain(fd, open_fds, tails, result, result_cap):
+def _read_marks(fd, open_fds, marks, now):
+    while True:
+        try:
+            b = os.read(fd, 4096)
+        except BlockingIOError:
+            return
+        if not b:
+            open_fds.discard(fd)
+            return
+        for m in b:
+            if m in MARKS:
+                marks.setdefault(chr(m), now)  # the first of each: later forgeries change nothing
+
+
+def _drain(fd, open_fds, tails, result, result_fd, result_cap):
     while True:
         try:
             b = os.read(fd, 1 << 16)
@@ -378,11 +589,10 @@ def _drain(fd, open_fds, tails, result, result_cap):
             return
         if fd in tails:
             tails[fd].add(b)
+        elif fd == result_fd and len(result) <= result_cap:
+            result.extend(b)
         else:
-            if len(result) <= result_cap:
-                result.extend(b)
-            else:
-                return
+            return
 
 
 # ---------------------------------------------------------------- main loop
@@ -390,13 +600,25 @@ def main():
     cfg = json.loads(sys.argv[1])
     if cfg.get("mounts") == "unshare":
         setup_unshare_mounts(cfg)
+    if cfg.get("probe"):  # can the slot uid reach the environment through these mounts?
+        os.setgroups([])
+        os.setgid(cfg["uid"])
+        os.setuid(cfg["uid"])
+        import numpy  # noqa: F401
+        import sklearn  # noqa: F401
+        print("probe-ok", flush=True)
+        return
     proto_in, proto_out = os.dup(0), os.dup(1)
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     os.dup2(2, 1)  # stray prints from imports must not corrupt the protocol
     _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("-1000")  # the slot's memory limit kills a program, not the worker that judges it
+    except OSError:
+        pass
     saved_filters = warnings.filters[:]
     warnings.simplefilter("ignore")
-    import numpy as np
     import importlib
 
     for name in PRELOAD:
@@ -405,8 +627,10 @@ def main():
         except Exception:
             pass
     warnings.filters[:] = saved_filters
+    seccomp_filter, seccomp_why = build_filter()
+    template = Template(seccomp_filter)  # before any task data or program arrives
     cache = collections.OrderedDict()
-    write_frame(proto_out, {"op": "ready", "pid": os.getpid()})
+    write_frame(proto_out, {"op": "ready", "pid": os.getpid(), "seccomp": seccomp_why or "on"})
     while True:
         try:
             header, blobs = read_frame(proto_in)
@@ -414,17 +638,17 @@ def main():
             return
         op = header.get("op")
         if op == "data":
-            cache[header["key"]] = tuple(np.load(io.BytesIO(b), allow_pickle=False) for b in blobs)
+            cache[header["key"]] = blobs
             while len(cache) > MAX_CACHED:
                 cache.popitem(last=False)
             write_frame(proto_out, {"op": "ok"})
         elif op == "run":
-            arrays = cache.get(header["key"])
-            if arrays is None:
+            blobs = cache.get(header["key"])
+            if blobs is None:
                 write_frame(proto_out, {"op": "need_data"})
                 continue
             cache.move_to_end(header["key"])
-            out, out_blobs = execute(header, arrays, cfg)
+            out, out_blobs = execute(header, blobs, cfg, template)
             write_frame(proto_out, dict(out, op="result"), out_blobs)
         elif op == "ping":
             write_frame(proto_out, {"op": "pong"})

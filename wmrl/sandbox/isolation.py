@@ -8,8 +8,10 @@ Both add no network, a private pid/ipc/uts namespace and a private tmpfs /tmp fo
 from __future__ import annotations
 
 import functools
+import glob
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -29,9 +31,10 @@ class IsolationUnavailable(RuntimeError):
 
 
 def python_roots() -> list[str]:
-    """Directories the sandboxed interpreter needs: its prefixes and the scientific packages."""
+    """Directories the sandboxed interpreter needs: its prefixes (a venv and the interpreter it was
+    made from) and the scientific packages."""
     roots = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
-    for mod in ("numpy", "scipy", "sklearn", "pandas", "joblib", "threadpoolctl"):
+    for mod in ("numpy", "scipy", "sklearn", "pandas", "joblib", "threadpoolctl", "pyseccomp"):
         spec = importlib.util.find_spec(mod)
         if spec and spec.origin:
             roots.add(os.path.realpath(Path(spec.origin).parent.parent))
@@ -43,18 +46,53 @@ def python_roots() -> list[str]:
     return kept
 
 
+def interpreter() -> str:
+    """The host's own interpreter, venv included: its directory resolved, its name not, because a
+    venv's `bin/python` is a symlink and Python finds the venv (pyvenv.cfg) from the unresolved path."""
+    return os.path.join(os.path.realpath(os.path.dirname(sys.executable)), os.path.basename(sys.executable))
+
+
 def _under_system(path: str) -> bool:
     return any(path == d or path.startswith(d + os.sep) for d in ("/usr", "/lib", "/lib64", "/bin"))
 
 
-def hidden_paths() -> list[str]:
-    """Paths a program must not read even though their parent is visible: scikit-learn's
-    bundled datasets (they would leak held-out labels of built-in tasks)."""
-    spec = importlib.util.find_spec("sklearn")
-    if not spec or not spec.origin:
-        return []
-    base = Path(spec.origin).parent / "datasets"
-    return [str(p) for p in (base / "data", base / "descr", base / "images") if p.is_dir()]
+# Copies of the public datasets behind built-in tasks, by file name: scikit-learn's bundled data,
+# and the same data shipped as test fixtures of other packages (e.g. scipy's iris.txt / iris.arff).
+_DATASET_FILE = re.compile(r"(iris|wine|breast_cancer|wdbc|digits|diabetes)[^/]*\.(csv|txt|arff|data|rst|npz|npy|"
+                           r"json|dat|tsv|parquet|pkl)(\.(gz|bz2|xz|zip))?$", re.IGNORECASE)
+_SKLEARN_DATA_DIRS = ("data", "descr", "images")
+
+
+def _search_roots() -> list[str]:
+    """Every Python installation a program could reach inside the sandbox."""
+    found = set(python_roots())
+    for pattern in ("/usr/lib/python3*", "/usr/local/lib/python3*", "/usr/share/python*", "/opt/conda/lib/python3*"):
+        found.update(os.path.realpath(p) for p in glob.glob(pattern) if os.path.isdir(p))
+    for entry in sys.path:
+        if entry and os.path.isdir(entry):
+            found.add(os.path.realpath(entry))
+    kept = []
+    for r in sorted(found, key=len):
+        if not any(r == k or r.startswith(k + os.sep) for k in kept):
+            kept.append(r)
+    return kept
+
+
+@functools.lru_cache(maxsize=None)
+def hidden_paths() -> tuple[str, ...]:
+    """Paths a program must not read although their parent is visible: every copy of the public
+    datasets behind built-in tasks (they would give away held-out labels), wherever an installation
+    keeps it: scikit-learn's dataset directories, and single files elsewhere. Found once per process."""
+    dirs, files = [], []
+    for root in _search_roots():
+        for d, subdirs, names in os.walk(root):
+            if os.path.basename(d) == "datasets" and os.path.basename(os.path.dirname(d)) == "sklearn":
+                for sub in _SKLEARN_DATA_DIRS:
+                    if sub in subdirs:
+                        dirs.append(os.path.join(d, sub))
+                subdirs[:] = [s for s in subdirs if s not in _SKLEARN_DATA_DIRS]  # covered as a whole
+            files += [os.path.join(d, n) for n in names if _DATASET_FILE.search(n)]
+    return tuple(sorted(set(dirs))) + tuple(sorted(set(files)))
 
 
 @functools.lru_cache(maxsize=None)
@@ -109,15 +147,21 @@ def command(mode: str, zygote_cfg: dict, probe: bool = False, scratch_mb: int = 
     """argv that starts the zygote (or, with probe=True, a trivial check) inside `mode`."""
     import json
 
-    py = os.path.realpath(sys.executable)
-    if probe:
+    py = interpreter()
+    hidden = hidden_paths()
+    if probe and mode != "unshare":
         # as the unprivileged uid, reach the interpreter's packages (a 0700 parent would block them)
-        payload = ["-c", "import os; os.setgroups([]); os.setgid(%d); os.setuid(%d); import numpy; print('probe-ok')"
-                   % (UID_BASE, UID_BASE)]
+        payload = ["-I", "-c", "import os; os.setgroups([]); os.setgid(%d); os.setuid(%d); import numpy, sklearn; "
+                   "print('probe-ok')" % (UID_BASE, UID_BASE)]
+    elif probe:  # unshare: the same check after the zygote's own mounts, which re-expose the environment
+        cover, expose = _unshare_cover(mode)
+        payload = ["-I", "-B", str(ZYGOTE), json.dumps(dict(zygote_cfg, probe=True, mounts="unshare", hide=list(hidden),
+                                                            cover=cover, expose=expose, scratch_mb=scratch_mb))]
     else:
         zygote = ZYGOTE_IN_SANDBOX if mode == "bwrap" else str(ZYGOTE)
+        cover, expose = _unshare_cover(mode)
         payload = ["-I", "-B", zygote, json.dumps(dict(zygote_cfg, mounts="unshare" if mode == "unshare" else "none",
-                                                       hide=hidden_paths() + _unshare_hidden(mode),
+                                                       hide=list(hidden), cover=cover, expose=expose,
                                                        scratch_mb=scratch_mb))]
     if mode == "none":
         return [py, *payload]
@@ -140,8 +184,11 @@ def command(mode: str, zygote_cfg: dict, probe: bool = False, scratch_mb: int = 
             argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
     for root in python_roots():
         argv += _mkdirs_0755(root) + ["--ro-bind", root, root]
-    for hidden in hidden_paths():
-        argv += ["--perms", "0755", "--tmpfs", hidden, "--remount-ro", hidden]
+    for path in hidden:
+        if os.path.isdir(path):
+            argv += ["--perms", "0755", "--tmpfs", path, "--remount-ro", path]
+        else:
+            argv += ["--ro-bind", "/dev/null", path]
     argv += ["--size", str(scratch_mb << 20), "--perms", "0755", "--tmpfs", "/tmp", "--proc", "/proc", "--dev", "/dev"]
     if not probe:
         argv += ["--ro-bind", str(ZYGOTE), ZYGOTE_IN_SANDBOX]
@@ -162,14 +209,21 @@ def _mkdirs_0755(path: str) -> list[str]:
     return out
 
 
-def _unshare_hidden(mode: str) -> list[str]:
-    """In unshare mode the host tree stays visible: cover the places that hold secrets or runs."""
+def _unshare_cover(mode: str) -> tuple[list[str], list[str]]:
+    """In unshare mode the host tree stays visible: (places that hold secrets or runs, to cover with
+    an empty tmpfs; Python roots inside them, re-exposed read-only, e.g. a venv in a home directory)."""
     if mode != "unshare":
-        return []
+        return [], []
     from wmrl.config import TaskConfig
 
     repo = str(Path(__file__).resolve().parents[2])
-    cache = os.path.expanduser(TaskConfig.cache_dir if isinstance(TaskConfig.cache_dir, str) else "~/.cache/wmrl")
-    return [p for p in {repo, cache, os.path.expanduser("~/.cache"), os.getcwd(), "/home", "/work", "/mnt", "/media",
-                        "/srv", "/var/lib", "/var/log", "/run/secrets"} if os.path.isdir(p) and not any(
-        r == p or r.startswith(p + os.sep) for r in python_roots())]
+    roots = python_roots()
+    # the home directory, and any directory the slot uid could not traverse to reach the environment
+    closed = {str(a) for r in roots for a in Path(r).parents if a != Path("/") and not os.stat(a).st_mode & 0o001}
+    cover = sorted(p for p in {repo, os.path.expanduser(TaskConfig.cache_dir), os.path.expanduser("~/.cache"),
+                               os.path.expanduser("~"), os.getcwd(), "/home", "/work", "/mnt", "/media", "/srv",
+                               "/var/lib", "/var/log", "/run/secrets", *closed} if os.path.isdir(p) and p != "/")
+    # never cover the interpreter itself or part of it; re-expose the roots that lie inside a cover
+    cover = [p for p in cover if not any(p == r or p.startswith(r + os.sep) for r in roots)]
+    expose = [r for r in roots if any(r.startswith(p + os.sep) for p in cover)]
+    return cover, expose

@@ -27,8 +27,12 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from wmrl.config import SandboxConfig
 from wmrl.outcome import Outcome, RawResult, Status, ladder_reward
 from wmrl.sandbox import isolation
+from wmrl.sandbox.cgroups import CgroupsUnavailable, SlotCgroups, SlotLimits
+from wmrl.sandbox.cgroups import describe as cgroups_describe
+from wmrl.sandbox.isolation import IsolationUnavailable
 from wmrl.sandbox.base import ExecRequest
 from wmrl.sandbox.log import ExecutionLog
 from wmrl.sandbox.program import precheck
@@ -38,6 +42,7 @@ log = logging.getLogger(__name__)
 STARTUP_S = 120.0  # a cold worker imports sklearn & co. once; a busy 2-core machine can be slow
 ANSWER_MARGIN_S = 10.0  # beyond the program's limit: sweep, teardown and transfer
 STDERR_TAIL_CHARS = 2000  # what an Outcome carries; the log keeps the full capped tail
+WORKER_PROCS = 8  # processes of a warm worker itself (bwrap, zygote, template, sweep helper), on top of max_procs
 SANDBOX_STATUSES = {s.value: s for s in (Status.VALID, Status.RUNTIME_ERROR, Status.TIMEOUT, Status.NO_VALID_OUTPUT)}
 
 
@@ -45,20 +50,17 @@ class WorkerLost(Exception):
     """The worker died, broke the protocol, or did not answer in time: the sandbox's fault."""
 
 
-def _get(cfg: Any, key: str, default: Any) -> Any:
-    value = getattr(cfg, key, None) if cfg is not None else None
-    return default if value is None else value
-
-
 class _Worker:
     """One slot: a zygote process inside the isolation, spoken to over its stdin/stdout."""
 
-    def __init__(self, slot: int, uid: int, mode: str, scratch_mb: int):
+    def __init__(self, slot: int, uid: int, mode: str, scratch_mb: int, cgroups: SlotCgroups | None):
         self.slot = slot
         self.uid = uid
         self.mode = mode
         self.scratch_mb = scratch_mb
+        self.cgroups = cgroups
         self.proc: subprocess.Popen | None = None
+        self.seccomp = ""  # "on", or why the worker runs without its filter
         self._stderr = None
 
     @property
@@ -69,12 +71,15 @@ class _Worker:
         self.stop()
         drop_uid = os.geteuid() == 0
         argv = isolation.command(self.mode, {"uid": self.uid, "drop_uid": drop_uid}, scratch_mb=self.scratch_mb)
+        if self.cgroups is not None:
+            argv = self.cgroups.wrap(self.slot, argv)
         self._stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
                                      env=isolation.zygote_env(), close_fds=True, cwd="/")
         header, _ = self._read(time.monotonic() + STARTUP_S)
         if header.get("op") != "ready":
             raise WorkerLost(f"worker {self.slot} did not start: {header}")
+        self.seccomp = str(header.get("seccomp", "no answer"))
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -165,20 +170,20 @@ class _Batch:
 class LocalSandbox:
     """Warm pool of `slots` isolated workers on this machine; implements the Sandbox protocol."""
 
-    def __init__(self, cfg: Any = None, log_path: str | os.PathLike | None = None):
+    def __init__(self, cfg: SandboxConfig | Any, log_path: str | os.PathLike | None = None):
         self.cfg = cfg
-        self.slots = int(_get(cfg, "slots", 0)) or os.cpu_count() or 1
-        self.isolation = isolation.choose(_get(cfg, "isolation", "auto"))
+        self.slots = int(cfg.slots) or os.cpu_count() or 1
+        self.isolation = isolation.choose(cfg.isolation)
         if self.isolation == "none":
             log.warning("sandbox.isolation=none: agent programs run WITHOUT isolation on this machine")
-        self.memory_mb = int(_get(cfg, "memory_mb", 2048))
-        self.max_procs = int(_get(cfg, "max_procs", 32))
-        self.max_file_mb = int(_get(cfg, "max_file_mb", 64))
-        self.output_cap = int(_get(cfg, "output_cap_kb", 64)) * 1024
-        self.timeout_scale = float(_get(cfg, "timeout_scale", 1.0))
-        self.retries = int(_get(cfg, "retries", 1))
-        self.prediction_cap_mb = int(_get(cfg, "max_prediction_mb", 64))
-        self.scratch_mb = int(_get(cfg, "scratch_mb", 512))
+        self.memory_mb = int(cfg.memory_mb)
+        self.max_procs = int(cfg.max_procs)
+        self.max_file_mb = int(cfg.max_file_mb)
+        self.output_cap = int(cfg.output_cap_kb) * 1024
+        self.timeout_scale = float(cfg.timeout_scale)
+        self.retries = int(cfg.retries)
+        self.prediction_cap_mb = int(cfg.max_prediction_mb)
+        self.scratch_mb = int(cfg.scratch_mb)
         self._log = ExecutionLog(log_path) if log_path else None
         self._queue: queue.Queue = queue.Queue()
         self._data: OrderedDict[str, list[bytes]] = OrderedDict()  # serialized task arrays, by data key
@@ -188,7 +193,11 @@ class LocalSandbox:
         self._before_attempt: Callable[[_Worker, int], None] | None = None
         self._uid_lock, uid_base = _claim_uids(self.slots)
         self.uids = [uid_base + k for k in range(self.slots)]  # one private uid per slot, machine-wide unique
-        self._workers = [_Worker(k, self.uids[k], self.isolation, self.scratch_mb) for k in range(self.slots)]
+        self.cgroups = self._make_cgroups(str(cfg.cgroups), f"wmrl-sandbox-{uid_base}", float(cfg.cpus_per_slot),
+                                          int(cfg.worker_memory_mb))
+        self._workers = [_Worker(k, self.uids[k], self.isolation, self.scratch_mb, self.cgroups)
+                         for k in range(self.slots)]
+        self._seccomp_warned = False
         # Each worker is started and served by its own long-lived thread: bwrap's
         # --die-with-parent follows the thread that spawned it.
         self._threads = [threading.Thread(target=self._serve, args=(w,), daemon=True, name=f"sandbox-slot{w.slot}")
@@ -228,6 +237,8 @@ class LocalSandbox:
             t.join(timeout=60)
         for w in self._workers:
             w.stop()
+        if self.cgroups is not None:
+            self.cgroups.remove()
         if self._log is not None:
             self._log.close()
         os.close(self._uid_lock)
@@ -244,6 +255,25 @@ class LocalSandbox:
         except Exception:
             pass
 
+    def _make_cgroups(self, mode: str, name: str, cpus: float, worker_mb: int) -> SlotCgroups | None:
+        """The slots' cgroups, or None (said once, here) where this machine does not allow them."""
+        if mode not in ("auto", "require", "off"):
+            raise ValueError(f"unknown sandbox.cgroups={mode!r}; valid: auto, require, off")
+        if mode == "off" or self.isolation == "none":
+            return None
+        cores = sorted(os.sched_getaffinity(0))
+        own_core = self.slots <= len(cores)  # pinning only when every slot gets a core to itself
+        limits = [SlotLimits(memory_bytes=(self.memory_mb + worker_mb) << 20, cpus=cpus,
+                             pids=self.max_procs + WORKER_PROCS, cpu=cores[k] if own_core else None)
+                  for k in range(self.slots)]
+        try:
+            return SlotCgroups(name, self.slots, limits)
+        except CgroupsUnavailable as e:
+            if mode == "require":
+                raise IsolationUnavailable(f"sandbox.cgroups=require: {e}") from None
+            log.warning(cgroups_describe(e))
+            return None
+
     def worker_pids(self) -> list[int | None]:
         """Host pids of the workers' outermost processes (for tests and monitoring)."""
         return [w.proc.pid if w.alive else None for w in self._workers]
@@ -252,6 +282,7 @@ class LocalSandbox:
     def _serve(self, worker: _Worker) -> None:
         try:
             worker.start()
+            self._check_seccomp(worker)
         except Exception as e:  # retried when a job arrives
             log.warning("sandbox worker %d failed to start: %s", worker.slot, e)
         while True:
@@ -271,12 +302,18 @@ class LocalSandbox:
             finally:
                 batch.put(i, outcome)
 
+    def _check_seccomp(self, worker: _Worker) -> None:
+        if worker.seccomp != "on" and self.isolation != "none" and not self._seccomp_warned:
+            self._seccomp_warned = True
+            log.warning("sandbox: executions run WITHOUT their seccomp filter: %s", worker.seccomp)
+
     def _execute(self, worker: _Worker, req: ExecRequest) -> tuple[Outcome, dict]:
         limit = float(req.task.time_limit_s) * self.timeout_scale
         key, blobs_fn = self._task_data(req)
         limits = {"uid": worker.uid, "wall_s": limit, "cpu_s": math.ceil(limit) + 1, "memory_mb": self.memory_mb,
                   "max_procs": self.max_procs if os.geteuid() == 0 else 0, "max_file_mb": self.max_file_mb,
                   "output_cap": self.output_cap, "prediction_cap_mb": self.prediction_cap_mb}
+        oom_before = self.cgroups.oom_kills(worker.slot) if self.cgroups is not None else 0
         t0 = time.monotonic()
         lost: list[str] = []
         reply = blobs = None
@@ -284,6 +321,7 @@ class LocalSandbox:
             try:
                 if not worker.alive:
                     worker.start()
+                    self._check_seccomp(worker)
                 if self._before_attempt is not None:
                     self._before_attempt(worker, attempt)
                 header = {"op": "run", "key": key, "source": req.program, "limits": limits}
@@ -295,7 +333,7 @@ class LocalSandbox:
                     reply, blobs = worker.request(header, [], time.monotonic() + limit + ANSWER_MARGIN_S)
                 if reply.get("op") != "result":
                     raise WorkerLost(f"worker {worker.slot}: unexpected answer {reply.get('op')!r}")
-                if reply.get("status") == "infra_error":  # the child could not even be set up
+                if reply.get("status") == "infra_error":  # the worker's own verdict: it could not set the child up
                     raise WorkerLost(f"worker {worker.slot}: {reply.get('detail')}")
                 break
             except (WorkerLost, OSError) as e:
@@ -309,6 +347,10 @@ class LocalSandbox:
             raw = RawResult(Status.INFRA_ERROR, wall_s=wall_s, detail="; ".join(lost)[-1000:])
         else:
             raw = self._raw_result(reply, blobs, wall_s)
+            if raw.status is Status.RUNTIME_ERROR and self.cgroups is not None and \
+                    self.cgroups.oom_kills(worker.slot) > oom_before:
+                raw.detail += "; the slot's memory limit was reached"
+                raw.stderr_tail += f"\n[sandbox] memory limit of {self.memory_mb} MiB reached (shm and memfd count)"
         outcome = self._judge(req, raw)
         outcome.attempts = attempts
         extra = {"detail": raw.detail, "stdout_tail": (reply or {}).get("stdout_tail", "")}
@@ -325,8 +367,9 @@ class LocalSandbox:
         stderr = str(reply.get("stderr_tail", ""))
         if status is not Status.VALID and detail:
             stderr = (stderr.rstrip("\n") + "\n" if stderr.strip() else "") + f"[sandbox] {status.value}: {detail}"
-        return RawResult(status=status, predictions=predictions, wall_s=wall_s, fit_s=reply.get("fit_s"),
-                         predict_s=reply.get("predict_s"), stderr_tail=stderr[-STDERR_TAIL_CHARS:], detail=detail)
+        return RawResult(status=status, predictions=predictions, wall_s=wall_s, fit_s=_seconds(reply.get("fit_s"), wall_s),
+                         predict_s=_seconds(reply.get("predict_s"), wall_s), stderr_tail=stderr[-STDERR_TAIL_CHARS:],
+                         detail=detail)
 
     def _judge(self, req: ExecRequest, raw: RawResult) -> Outcome:
         if raw.status is Status.VALID:
@@ -407,5 +450,14 @@ def parse_predictions(data: bytes, cap_bytes: int) -> tuple[np.ndarray | None, s
     except Exception as e:
         return None, f"unreadable predictions: {type(e).__name__}: {str(e)[:200]}"
     if not isinstance(arr, np.ndarray) or arr.dtype.kind not in "biuf" or arr.dtype.fields is not None:
-        return None, f"predictions are not a numeric array (dtype {getattr(arr, 'dtype', '?')})"
+        return None, f"predictions are not real numbers (dtype {getattr(arr, 'dtype', '?')})"
+    if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
+        return None, "predictions contain NaN or infinity"
     return arr, ""
+
+
+def _seconds(value: Any, wall_s: float) -> float | None:
+    """A duration the worker measured, or None: never negative, NaN or longer than the whole execution."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value) if 0.0 <= value <= wall_s else None

@@ -42,7 +42,7 @@ def load_xy(spec: TaskSpec, secret: str) -> Tuple[np.ndarray, np.ndarray]:
     source, _, arg = spec.data.partition(":")
     if source == "bundled":
         X, y = _bundled(arg)
-        X = _disguise(X, secret, spec.name)
+        X, y = disguise(X, y, secret, spec.name, spec.kind)
     elif source == "synthetic":
         import sklearn.datasets
 
@@ -58,18 +58,38 @@ def _bundled(name: str) -> Tuple[np.ndarray, np.ndarray]:
     return getattr(sklearn.datasets, f"load_{name}")(return_X_y=True)
 
 
-def _disguise(X: np.ndarray, secret: str, task: str) -> np.ndarray:
-    """Secret column order and per-column affine map for public data.
+FEATURE_NOISE = 0.2  # noise added to each standardized feature before mixing, in standard deviations
+TARGET_NOISE = 0.1  # noise added to regression targets, in standard deviations of the target
 
-    The sandbox has scikit-learn, so a program could load the same bundled dataset and look
-    up held-out rows by exact match; a secret monotone re-encoding defeats that lookup while
-    keeping the learning problem the same up to feature scaling.
+
+def disguise(X: np.ndarray, y: np.ndarray, secret: str, task: str, kind: str) -> Tuple[np.ndarray, np.ndarray]:
+    """Public data made unrecognisable to anyone holding the public copy, the learning problem kept.
+
+    A program may hold a copy of the public dataset (a file the sandbox failed to hide, or rows an
+    LLM memorised), so nothing it sees may map back to public rows exactly: standardized features
+    plus noise, mixed by a secret full-rank linear map (a rotation, per-axis
+    scales in [1/2, 2], another rotation) and shifted, so no column is a public column; regression
+    targets carry noise too, so they cannot be matched by value. The noise is what makes it
+    non-invertible: even someone who recovered the map only gets a noisy nearest-neighbour lookup.
     """
-    rng = rng_for(secret, task, "disguise")
+    rng = rng_for(secret, task, "disguise")  # every row kept: the splits cover the dataset
+    X = np.asarray(X, dtype=np.float64)
+    d = X.shape[1]
     std = X.std(axis=0)
-    scale = np.exp(rng.uniform(np.log(0.5), np.log(2.0), X.shape[1]))
-    shift = rng.normal(size=X.shape[1]) * np.where(std > 0, std, 1.0)
-    return (X * scale + shift)[:, rng.permutation(X.shape[1])]
+    Z = (X - X.mean(axis=0)) / np.where(std > 0, std, 1.0)
+    Z = Z + FEATURE_NOISE * rng.standard_normal(Z.shape)
+    mix = _rotation(rng, d) @ np.diag(np.exp(rng.uniform(np.log(0.5), np.log(2.0), d))) @ _rotation(rng, d)
+    X = Z @ mix + rng.normal(size=d)
+    if kind == "regression":
+        y = y.astype(np.float64)
+        y = y + TARGET_NOISE * y.std() * rng.standard_normal(len(y))
+    return X, y
+
+
+def _rotation(rng: np.random.Generator, d: int) -> np.ndarray:
+    """A uniformly random orthogonal matrix (QR of a Gaussian matrix, signs fixed)."""
+    q, r = np.linalg.qr(rng.standard_normal((d, d)))
+    return q * np.sign(np.diag(r))
 
 
 def _read_file(path: Path, spec: TaskSpec) -> Tuple[np.ndarray, np.ndarray]:
