@@ -89,6 +89,7 @@ class RLConfig:
     kl_beta: float = opt(0.0, "weight of the KL penalty to the frozen reference policy")
     updates_per_batch: int = opt(1, "optimizer updates per rollout batch")
     lr: float = opt(5e-4, "policy learning rate (AdamW)")
+    lr_warmup_steps: int = opt(0, "optimizer steps of linear learning-rate warm-up from lr/N to lr; 0 = none")
     weight_decay: float = opt(0.0, "AdamW weight decay")
     grad_clip: float = opt(1.0, "gradient-norm clip")
     micro_batch_size: int = opt(32, "trajectories per forward/backward pass")

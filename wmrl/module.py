@@ -55,7 +55,16 @@ class WMRLModule(L.LightningModule):
         return self._wm[0]
 
     def configure_optimizers(self):
-        return torch.optim.AdamW(self.policy.parameters(), lr=self.cfg.rl.lr, weight_decay=self.cfg.rl.weight_decay)
+        opt = torch.optim.AdamW(self.policy.parameters(), lr=self.cfg.rl.lr, weight_decay=self.cfg.rl.weight_decay)
+        warmup = self.cfg.rl.lr_warmup_steps
+        if warmup <= 0:
+            return opt
+        # Linear warm-up: optimizer step k (0-based) uses lr * min(1, (k+1)/warmup). Adam's first steps move
+        # every weight by about lr whatever the gradient's size. Manual optimization never steps a scheduler,
+        # so the optimizer steps it itself, right after each opt.step(); Lightning still checkpoints its state.
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: min(1.0, (k + 1) / warmup))
+        opt.register_step_post_hook(lambda *_: sched.step())
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     def transfer_batch_to_device(self, batch, device, dataloader_idx):
         return batch.to(device) if isinstance(batch, RolloutBatch) else super().transfer_batch_to_device(batch, device, dataloader_idx)
