@@ -170,3 +170,13 @@ def test_lr_warmup_is_linear_and_stepped_by_the_optimizer_itself():
     assert seen == pytest.approx([1.25e-4, 2.5e-4, 3.75e-4, 5e-4, 5e-4, 5e-4])
     opt, _ = _optimizer_of(lr_warmup_steps=0)
     assert opt.param_groups[0]["lr"] == pytest.approx(5e-4)
+
+
+def test_std_floor_keeps_near_tied_groups_small():
+    r = torch.tensor([0.70, 0.71, 0.70, 0.71, 0.1, 0.9, 0.1, 0.9])
+    g = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
+    plain = group_advantages(r, g)
+    assert plain[:4].abs().min() == pytest.approx(1.0, abs=1e-3)  # a 0.01 difference becomes a unit advantage
+    floored = group_advantages(r, g, std_floor=0.1)
+    assert floored[:4].abs().max() == pytest.approx(0.05, abs=1e-3)  # 0.005 / 0.1
+    assert torch.allclose(floored[4:], plain[4:])  # a group whose std is above the floor is unchanged

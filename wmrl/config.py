@@ -88,6 +88,7 @@ class RLConfig:
     clip_eps: float = opt(0.2, "PPO clip range of the importance ratio")
     kl_beta: float = opt(0.0, "weight of the KL penalty to the frozen reference policy")
     updates_per_batch: int = opt(1, "optimizer updates per rollout batch")
+    adv_std_floor: float = opt(0.0, "advantages divide by max(std, this): near-tied groups keep small advantages")
     lr: float = opt(5e-4, "policy learning rate (AdamW)")
     lr_warmup_steps: int = opt(0, "optimizer steps of linear learning-rate warm-up from lr/N to lr; 0 = none")
     weight_decay: float = opt(0.0, "AdamW weight decay")

@@ -111,7 +111,8 @@ class WMRLModule(L.LightningModule):
 
     def _policy_update(self, batch: RolloutBatch) -> dict:
         cfg = self.cfg.rl
-        adv = group_advantages(batch.reward, batch.group_ids, batch.weight, batch.valid, cfg.scale_rewards)
+        adv = group_advantages(batch.reward, batch.group_ids, batch.weight, batch.valid, cfg.scale_rewards,
+                               std_floor=cfg.adv_std_floor)
         n_valid = int(batch.valid.sum())
         active = batch.valid & (adv != 0) if cfg.kl_beta == 0 else batch.valid
         rows = torch.nonzero(active).flatten()  # rows with A = 0 and no KL term add exactly 0: skip their compute
