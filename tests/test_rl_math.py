@@ -173,3 +173,57 @@ def test_kl_off_policy_is_reweighted_by_the_ratio():
     _, stats = policy_loss(logp, old, torch.tensor([0.0]), torch.ones(1, 1), ref_logprobs=ref, kl_beta=1.0)
     delta = math.log(2.0) - math.log(1.1)
     assert stats["kl"].item() == pytest.approx(1.1 * (math.exp(delta) - delta - 1.0))
+
+
+def test_eval_interval_is_task_stratified_and_covers_at_95_percent():
+    """Between-task spread is not noise: the interval is sum_t s_t^2/n_t/T^2, and it covers ~95 %."""
+    import random
+
+    from wmrl.evaluate import stratified_mean_ci
+
+    # two tasks, constant within each: the mean is known exactly, whatever the gap between tasks
+    mean, hw = stratified_mean_ci({"a": [0.1] * 10, "b": [0.9] * 10})
+    assert mean == pytest.approx(0.5) and hw == pytest.approx(0.0)  # a pooled variance would give ~0.25
+    mean, hw = stratified_mean_ci({"a": [0.0, 1.0], "b": [0.5, 0.5, 0.5, 0.5]})
+    assert mean == pytest.approx(0.5) and hw == pytest.approx(1.96 * (0.5 / 2) ** 0.5 / 2)
+    rng, truth, hits = random.Random(0), [0.2, 0.5, 0.8], 0
+    for _ in range(400):
+        per_task = {i: [float(rng.random() < p) for _ in range(40)] for i, p in enumerate(truth)}
+        m, h = stratified_mean_ci(per_task)
+        hits += abs(m - 0.5) <= h
+    assert 0.91 <= hits / 400 <= 0.98
+
+
+def _optimizer_of(lr_warmup_steps: int, lr: float = 5e-4):
+    from types import SimpleNamespace
+
+    from wmrl.module import WMRLModule
+
+    rl = SimpleNamespace(lr=lr, weight_decay=0.0, lr_warmup_steps=lr_warmup_steps)
+    fake = SimpleNamespace(rl=rl, policy=torch.nn.Linear(3, 1))
+    out = WMRLModule.configure_optimizers(fake)
+    return out if isinstance(out, torch.optim.Optimizer) else out["optimizer"], fake.policy
+
+
+def test_lr_warmup_is_linear_and_stepped_by_the_optimizer_itself():
+    """Manual optimization never steps a scheduler: opt.step() must advance the warm-up."""
+    opt, net = _optimizer_of(lr_warmup_steps=4)
+    seen = []
+    for _ in range(6):
+        seen.append(opt.param_groups[0]["lr"])  # the lr the next step uses
+        net(torch.ones(2, 3)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    assert seen == pytest.approx([1.25e-4, 2.5e-4, 3.75e-4, 5e-4, 5e-4, 5e-4])
+    opt, _ = _optimizer_of(lr_warmup_steps=0)
+    assert opt.param_groups[0]["lr"] == pytest.approx(5e-4)
+
+
+def test_std_floor_keeps_near_tied_groups_small():
+    r = torch.tensor([0.70, 0.71, 0.70, 0.71, 0.1, 0.9, 0.1, 0.9])
+    g = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
+    plain = group_advantages(r, g)
+    assert plain[:4].abs().min() == pytest.approx(1.0, abs=1e-3)  # a 0.01 difference becomes a unit advantage
+    floored = group_advantages(r, g, std_floor=0.1)
+    assert floored[:4].abs().max() == pytest.approx(0.05, abs=1e-3)  # 0.005 / 0.1
+    assert torch.allclose(floored[4:], plain[4:])  # a group whose std is above the floor is unchanged

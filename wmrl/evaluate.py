@@ -8,6 +8,26 @@ from collections import defaultdict
 from wmrl.rollout.collect import Rollout
 
 
+def stratified_mean_ci(per_task: dict, z: float = 1.96) -> tuple[float, float]:
+    """Mean over tasks of each task's mean reward, and the half-width of its 95 % interval.
+
+    The tasks are fixed strata with equal weight 1/T, the samples of one task are i.i.d. draws of
+    that task's reward: Var = sum_t s_t^2 / n_t / T^2 (s_t^2 the unbiased within-task variance).
+    Pooling all samples into one variance would count the spread *between* task means as noise;
+    the interval is about this task set, not about tasks in general. A task with fewer than two
+    samples makes the width unknown (NaN).
+    """
+    means, var = [], 0.0
+    for rewards in per_task.values():
+        n = len(rewards)
+        m = sum(rewards) / n
+        means.append(m)
+        var += sum((r - m) ** 2 for r in rewards) / (n - 1) / n if n > 1 else math.nan
+    if not means:
+        return math.nan, math.nan
+    return sum(means) / len(means), z * math.sqrt(var) / len(means)
+
+
 class Evaluator:
     def __init__(self, rollout: Rollout, eval_tasks: list, eval_cfg, samples_to_keep: int = 16):
         self.rollout, self.tasks, self.cfg, self.keep = rollout, eval_tasks, eval_cfg, samples_to_keep
@@ -24,8 +44,11 @@ class Evaluator:
             per_task[rec.task].append(float(batch.real_reward[i]))
             statuses += [t.judgement.real.status.value for t in rec.turns]
         task_means = {t: sum(v) / len(v) for t, v in per_task.items()}
+        mean, half_width = stratified_mean_ci(per_task)
         metrics = {
-            "eval/real_reward": sum(task_means.values()) / len(task_means) if task_means else math.nan,
+            "eval/real_reward": mean,
+            "eval/real_reward_ci95": half_width,  # half-width of the 95 % interval (task-stratified)
+            "eval/samples": float(sum(len(v) for v in per_task.values())),
             "eval/valid_rate": statuses.count("valid") / len(statuses) if statuses else math.nan,
             "eval/invalid_rate": 1 - statuses.count("valid") / len(statuses) if statuses else math.nan,
             "eval/executions": float(batch.stats["cost/real_executions"]),

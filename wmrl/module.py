@@ -46,7 +46,16 @@ class WMRLModule(L.LightningModule):
         self.rl_step = 0  # RL steps trained (one per rollout batch, whatever the optimizer did)
 
     def configure_optimizers(self):
-        return torch.optim.AdamW(self.policy.parameters(), lr=self.rl.lr, weight_decay=self.rl.weight_decay)
+        opt = torch.optim.AdamW(self.policy.parameters(), lr=self.rl.lr, weight_decay=self.rl.weight_decay)
+        warmup = self.rl.lr_warmup_steps
+        if warmup <= 0:
+            return opt
+        # Linear warm-up: optimizer step k (0-based) uses lr * min(1, (k+1)/warmup). Adam's first steps move
+        # every weight by about lr whatever the gradient's size. Manual optimization never steps a scheduler,
+        # so the optimizer steps it itself, right after each opt.step(); Lightning still checkpoints its state.
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: min(1.0, (k + 1) / warmup))
+        opt.register_step_post_hook(lambda *_: sched.step())
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     def transfer_batch_to_device(self, batch, device, dataloader_idx):
         return batch.to(device) if isinstance(batch, RolloutBatch) else super().transfer_batch_to_device(batch, device, dataloader_idx)
@@ -71,7 +80,8 @@ class WMRLModule(L.LightningModule):
 
     def _policy_update(self, batch: RolloutBatch) -> dict:
         cfg = self.rl
-        adv = group_advantages(batch.reward, batch.group_ids, batch.weight, batch.valid, cfg.scale_rewards)
+        adv = group_advantages(batch.reward, batch.group_ids, batch.weight, batch.valid, cfg.scale_rewards,
+                               std_floor=cfg.adv_std_floor)
         n_valid = int(batch.valid.sum())
         active = batch.valid & (adv != 0) if cfg.kl_beta == 0 else batch.valid
         rows = torch.nonzero(active).flatten()  # rows with A = 0 and no KL term add exactly 0: skip their compute

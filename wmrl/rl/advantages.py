@@ -17,6 +17,7 @@ def group_advantages(
     valid: torch.Tensor | None = None,
     scale: str = "group",
     eps: float = 1e-6,
+    std_floor: float = 0.0,
 ) -> torch.Tensor:
     """A_i = (r_i - b_g) / s, with b_g the (weighted) mean reward of i's group.
 
@@ -25,7 +26,8 @@ def group_advantages(
     "batch" by the weighted std of all valid rewards, "none" leaves the centred reward (Dr. GRPO).
     Stds are population stds (divide by the weight sum). A group whose rewards are all equal
     carries no ranking signal and gets advantage 0; invalid rows get 0 and do not enter any
-    baseline or std.
+    baseline or std. `std_floor` divides by max(std, std_floor) instead: a near-tied group (std
+    0.01 on a 0-1 reward) then gets advantages of its true size, not unit-size ones.
     """
     if scale not in SCALES:
         raise ValueError(f"scale must be one of {SCALES}; got {scale!r}")
@@ -41,11 +43,11 @@ def group_advantages(
     group_std = (_group_sum(w * centred**2, g, n_groups) / w_sum).sqrt()[g]
 
     if scale == "group":
-        adv = centred / (group_std + eps)
+        adv = centred / (group_std.clamp_min(std_floor) + eps)
     elif scale == "batch":
         batch_mean = (w * r).sum() / w.sum().clamp_min(torch.finfo(r.dtype).tiny)
         batch_std = ((w * (r - batch_mean) ** 2).sum() / w.sum().clamp_min(torch.finfo(r.dtype).tiny)).sqrt()
-        adv = centred / (batch_std + eps)
+        adv = centred / (batch_std.clamp_min(std_floor) + eps)
     else:
         adv = centred
     return torch.where(valid & (group_std > eps), adv, torch.zeros_like(adv))
