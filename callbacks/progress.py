@@ -32,8 +32,10 @@ class StepProgressBar(TQDMProgressBar):
     BAR_FORMAT = "step {n_fmt}/{total_fmt} |{bar:20}| [{elapsed}<{remaining}]{postfix}"
 
     def __init__(self, steps: int, header: dict, cost: CostCallback, evaluation: EvaluationCallback,
-                 stream=sys.stdout):
-        super().__init__(leave=True)
+                 enabled: bool = True, stream=sys.stdout):
+        # disabled = refresh rate 0: the header still prints, the per-step bar or lines do not
+        # leave=False: one bar for the run (Lightning's leave=True opens a new bar per epoch), kept on close
+        super().__init__(refresh_rate=1 if enabled else 0, leave=False)
         self.steps, self.header, self.cost, self.evaluation, self.stream = steps, header, cost, evaluation, stream
         self.lines = not stream.isatty()  # a log file gets one line per step, not carriage returns
 
@@ -48,7 +50,7 @@ class StepProgressBar(TQDMProgressBar):
         super().on_train_start(trainer, pl_module)
 
     def init_train_tqdm(self) -> Tqdm:
-        return Tqdm(disable=self.is_disabled or self.lines, leave=True, dynamic_ncols=True, file=self.stream,
+        return Tqdm(total=self.steps, disable=self.is_disabled or self.lines, leave=True, dynamic_ncols=True, file=self.stream,
                     smoothing=0, bar_format=self.BAR_FORMAT)
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
@@ -83,7 +85,3 @@ class StepProgressBar(TQDMProgressBar):
             return
         self.train_progress_bar.n = pl_module.rl_step
         self.train_progress_bar.set_postfix(metrics, refresh=True)
-
-    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
-        if self._leave:
-            self.train_progress_bar.close()

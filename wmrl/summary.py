@@ -64,7 +64,7 @@ def _f(x, digits=3) -> str:
 def _reward(e: dict | None) -> str:
     if e is None:
         return "n/a"
-    ci = f" [{e['ci95'][0]:.3f}, {e['ci95'][1]:.3f}]" if e["ci95"] else " [no interval]"
+    ci = f" [{e['ci95'][0]:.3f}, {e['ci95'][1]:.3f}]" if e["ci95"] else " [no interval: <2 eval tasks]"
     return f"{e['reward']:.3f}{ci} (step {e['step']})"
 
 
@@ -74,7 +74,7 @@ def render(s: dict) -> str:
     split = ", ".join(f"{k} {v:.1f}s ({v / cost:.0%})" if cost else f"{k} {v:.1f}s" for k, v in s["cost_split_s"].items())
     killed = "" if s["status"] in ("FINISHED", None) else f"  [run {s['status'].lower()}: from what was logged]"
     lines = [f"── wmrl summary: {s['preset']}, {s['steps']}/{s['planned_steps']} RL steps{killed}",
-             f"held-out reward   {_reward(s['eval_start'])} → {_reward(s['eval_end'])}   95% intervals over tasks",
+             f"held-out reward   {_reward(s['eval_start'])} → {_reward(s['eval_end'])}   (95% intervals)",
              f"training cost     {cost:.1f}s = {split}"]
     if s["sandbox_only_executions"]:
         est = (f", ≈{s['sandbox_only_cost_s']:.0f}s training cost at {s['per_execution_s']:.2f}s per execution"
