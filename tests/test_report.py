@@ -137,3 +137,21 @@ def test_progress_line_shows_step_rewards_executions_and_seconds_per_step():
     StepProgressBar(4, {}, cost, evaluation, enabled=False, stream=quiet).on_train_batch_end(
         trainer, SimpleNamespace(rl_step=2), None, None, 1)
     assert quiet.getvalue() == ""
+
+
+def test_report_command_reads_a_run_by_its_mlflow_id(tmp_path, capsys):
+    from mlflow.tracking import MlflowClient
+
+    from wmrl.report.__main__ import main
+
+    uri = f"sqlite:///{tmp_path}/ml.db"
+    client = MlflowClient(tracking_uri=uri)
+    rid = client.create_run(client.create_experiment("e")).info.run_id  # left RUNNING, as a killed run is
+    for key, series in HISTORY.items():
+        for step, value in series.items():
+            client.log_metric(rid, key, value, step=step)
+    assert main([rid, "--tracking-uri", uri, "--out", str(tmp_path / "out")]) == 0
+    printed = capsys.readouterr().out
+    assert "training cost     16.0s" in printed and "[run running: from what was logged]" in printed
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["eval_end"]["reward"] == 0.6
+    assert (tmp_path / "out" / "reward.png").stat().st_size > 10000

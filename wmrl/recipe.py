@@ -208,11 +208,11 @@ def train(cfg: DictConfig, wrap_world_model: Callable[[WorldModel], WorldModel] 
 
     bar = StepProgressBar(cfg.rl.steps, {"preset": cfg.name, "run_dir": run_dir, "arms": arms(cfg),
                                           "experiment": cfg.logger.experiment_name}, parts.cost,
-                          parts.evaluation)
+                          parts.evaluation, enabled=cfg.trainer.progress_bar)
     trainer = L.Trainer(
         max_epochs=1, logger=logger, callbacks=[*parts.callbacks, bar, checkpoint],
         accelerator=cfg.trainer.accelerator, devices=_devices(cfg.trainer.devices), strategy=cfg.trainer.strategy,
-        precision=cfg.trainer.precision, enable_progress_bar=cfg.trainer.progress_bar, enable_model_summary=False,
+        precision=cfg.trainer.precision, enable_progress_bar=True, enable_model_summary=False,  # the bar obeys trainer.progress_bar
         log_every_n_steps=1, num_sanity_val_steps=0, limit_val_batches=0,
     )
     try:
@@ -242,9 +242,12 @@ def report(run_dir: Path, logger, checkpoint: str | None, figures: bool) -> dict
     text = summary_.render(s)
     (run_dir / "summary.txt").write_text(text + "\n")
     if figures:
-        page = write_report(run, run_dir / "report", checkpoint)
-        logger.experiment.log_artifacts(logger.run_id, str(page.parent), "report")
-        text += f"\nreport            {page}   (python -m wmrl.report {run_dir})"
+        try:
+            page = write_report(run, run_dir / "report", checkpoint)
+            logger.experiment.log_artifacts(logger.run_id, str(page.parent), "report")
+            text += f"\nreport            {page}   (python -m wmrl.report {run_dir})"
+        except Exception as e:  # a figure that fails must not turn a finished training into a failed one
+            text += f"\nreport            FAILED ({type(e).__name__}: {e}); retry: python -m wmrl.report {run_dir}"
     print(text, flush=True)
     return {"summary": s}
 
