@@ -9,6 +9,7 @@ import matplotlib
 matplotlib.use("Agg")  # reports are written on headless machines and in tests
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from wmrl.benchmark.stats import cumulative_cost, t_interval  # noqa: E402
 from wmrl.report.data import RunData, eval_interval  # noqa: E402
@@ -47,6 +48,7 @@ def reward(run: RunData) -> Figure:
     if train:
         by_step.plot(sorted(train), [train[s] for s in sorted(train)], color="grey", alpha=0.6, label="training reward")
     by_step.set(xlabel="RL step", ylabel="reward", title="Held-out reward vs step")
+    by_step.xaxis.set_major_locator(MaxNLocator(integer=True))
     by_cost.set(xlabel="cumulative training cost (s)", ylabel="held-out reward", title="Held-out reward vs cost")
     for ax in (by_step, by_cost):
         ax.grid(alpha=0.3)
@@ -69,6 +71,7 @@ def cost(run: RunData) -> Figure:
     if not steps:
         _empty(ax, "no step logged")
     ax.set(xlabel="RL step", ylabel="seconds", title="Training cost per step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -77,14 +80,16 @@ def cost(run: RunData) -> Figure:
 def fidelity(run: RunData) -> Figure:
     """The world model against real execution on each step's anchors."""
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.5))
-    for ax, (key, label) in zip(axes, (("wm/spearman", "Spearman"), ("wm/mae", "MAE"),
-                                       ("wm/coverage_2sigma", "2σ coverage"))):
+    for ax, (key, label, ylim) in zip(axes, (("wm/spearman", "Spearman", (-1.05, 1.05)), ("wm/mae", "MAE", (0, None)),
+                                             ("wm/coverage_2sigma", "2σ coverage", (0, 1.05)))):
         s = run.series(key)
         if s:
             ax.plot(sorted(s), [s[k] for k in sorted(s)], marker="o")
         else:
             _empty(ax, "no anchors (no world model)")
         ax.set(xlabel="RL step", ylabel=label, title=f"World model {label}")
+        ax.set_ylim(*ylim)  # fixed scales: a near-constant series is not blown up into noise
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
@@ -135,6 +140,7 @@ def anchors(run: RunData) -> Figure:
             ax.step(sorted(s), [s[k] for k in sorted(s)], where="post", marker="o")
         else:
             _empty(ax, f"{key} not logged")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set(xlabel="RL step", ylabel=label, title={"env/anchor_rate": "Anchor rate",
                                                        "guard/flagged": "Guard flags"}[key])
         ax.grid(alpha=0.3)
