@@ -155,3 +155,10 @@ def test_report_command_reads_a_run_by_its_mlflow_id(tmp_path, capsys):
     assert "training cost     16.0s" in printed and "[run running: from what was logged]" in printed
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["eval_end"]["reward"] == 0.6
     assert (tmp_path / "out" / "reward.png").stat().st_size > 10000
+
+
+def test_a_sandbox_only_run_is_not_compared_with_itself():
+    run = RunData("rid", "sqlite:////x/ml.db", None, {**CFG, "env": {"mode": "sandbox"}}, HISTORY, "FINISHED", [])
+    s = summary.summarize(run)
+    assert s["sandbox_only_executions"] is None and s["sandbox_only_cost_s"] is None
+    assert "real executions   20, 6.0 sandbox slot-s" in summary.render(s)

@@ -33,7 +33,8 @@ def summarize(run: RunData, checkpoint: str | None = None) -> dict:
     per_step = (cfg["rollout"]["groups_per_step"] * cfg["rollout"]["group_size"] * cfg["rollout"]["turns"]
                 if cfg.get("rollout") else None)
     per_exec_s = split["real execution"] / real if real else None
-    sandbox_execs = per_step * len(steps) if per_step else None
+    sandbox_mode = cfg.get("env", {}).get("mode") == "sandbox"  # it is the sandbox-only run: nothing to compare
+    sandbox_execs = per_step * len(steps) if per_step and not sandbox_mode else None
     sandbox_cost = (cost - split["real execution"] - split["world model"] + per_exec_s * sandbox_execs
                     if per_exec_s is not None and sandbox_execs else None)
 
@@ -82,7 +83,7 @@ def render(s: dict) -> str:
         lines.append(f"real executions   {s['real_executions']:.0f} vs ≤{s['sandbox_only_executions']} "
                      f"for sandbox-only over the same steps ({s['real_executions'] / s['sandbox_only_executions']:.0%}){est}")
     else:
-        lines.append(f"real executions   {s['real_executions']:.0f}")
+        lines.append(f"real executions   {s['real_executions']:.0f}, {s['sandbox_slot_s']:.1f} sandbox slot-s")
     fid = s["fidelity"]
     if any(v is not None for v in fid.values()):
         lines.append(f"world model       on anchors, mean over steps: Spearman {_f(fid['wm/spearman'])}, "
