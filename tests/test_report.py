@@ -49,8 +49,10 @@ def test_summary_adds_up_the_logged_cost_and_estimates_the_sandbox_only_run():
                                               "update": 3.0, "other": 1.5})
     assert s["real_executions"] == 20.0 and s["sandbox_slot_s"] == 6.0
     assert s["sandbox_only_executions"] == 2 * 2 * 4 * 2  # steps × groups × samples × turns
-    assert s["per_execution_s"] == pytest.approx(5.0 / 20)
+    assert s["per_execution_s"] == pytest.approx(5.0 / 20)  # no warm-up: the whole run's
     assert s["sandbox_only_cost_s"] == pytest.approx(16.0 - 5.0 - 2.5 + 0.25 * 32)
+    warm = summary.summarize(RunData("rid", "u", None, {**CFG, "env": {"mode": "wm", "warmup_steps": 1}}, HISTORY))
+    assert warm["per_execution_s"] == pytest.approx(4.0 / 16)  # step 1: 4 s of synchronous execution, 16 executions
     assert s["eval_start"]["reward"] == 0.4 and s["eval_end"]["reward"] == 0.6 and s["eval_end"]["step"] == 2
     assert s["eval_end"]["ci95"] == pytest.approx([0.6 - T_975_1 * 0.1, 0.6 + T_975_1 * 0.1])
     assert s["fidelity"] == pytest.approx({"wm/spearman": 0.7, "wm/mae": 0.15, "wm/coverage_2sigma": 0.75})

@@ -32,7 +32,14 @@ def summarize(run: RunData, checkpoint: str | None = None) -> dict:
     # a sandbox-only run executes every program of every step: groups × samples × turns per step (at most)
     per_step = (cfg["rollout"]["groups_per_step"] * cfg["rollout"]["group_size"] * cfg["rollout"]["turns"]
                 if cfg.get("rollout") else None)
-    per_exec_s = split["real execution"] / real if real else None
+    # per-execution wall cost from the warm-up steps, where execution is synchronous (later anchors run in
+    # the background, so their env_real_s is only the wait); the whole run's when there is no warm-up
+    warm = [st for st in steps if st <= (cfg.get("env", {}).get("warmup_steps") or 0)]
+    warm_execs = run.series("cost/real_executions").get(max(warm)) if warm else None
+    if warm_execs:
+        per_exec_s = sum(run.series("time/env_real_s").get(st, 0.0) for st in warm) / warm_execs
+    else:
+        per_exec_s = split["real execution"] / real if real else None
     sandbox_mode = cfg.get("env", {}).get("mode") == "sandbox"  # it is the sandbox-only run: nothing to compare
     sandbox_execs = per_step * len(steps) if per_step and not sandbox_mode else None
     sandbox_cost = (cost - split["real execution"] - split["world model"] + per_exec_s * sandbox_execs
