@@ -205,11 +205,12 @@ def write_report(out: Path, results: dict) -> dict:
         wm_runs = sum(r["arm"] != stats.BASELINE and r["status"] == "ok" for r in runs)
         header += render.pretrain_section(report, results["pretrained"], wm_runs)
     md = render.render_markdown(report, strata, recovered, header=header, show_targets=results["scenario"] == "default")
+    md += render.run_reports_section(runs, out)
     (out / "table.md").write_text(md)
     results = {**results, "report": report, "targets": tg.check(report) if results["scenario"] == "default" else [],
                "recovery": recovered, "strata": strata}
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
-    render.plot_cost_vs_reward(report, out / "cost_vs_reward.png")
+    render.plot_cost_vs_reward(report, out / "cost_vs_reward.png", runs)
     metrics = {}
     for row in report["rows"]:
         for k, v in {"train_cost_s": row["train_cost_s"], "final_eval": row["final_eval"]["mean"],

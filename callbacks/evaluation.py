@@ -23,6 +23,7 @@ class EvaluationCallback(Callback):
         self.evaluator, self.sync = evaluator, sync
         self.every_n_steps, self.steps, self.at_start = every_n_steps, steps, at_start
         self.last = math.nan  # eval/real_reward of the latest evaluation
+        self.metrics, self.last_step = {}, None  # the latest evaluation's metrics and step (progress bar)
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         if self.at_start and pl_module.rl_step == 0:
@@ -39,6 +40,7 @@ class EvaluationCallback(Callback):
         metrics, samples = self.evaluator.run(step)
         metrics["time/eval_s"] = time.perf_counter() - t0
         self.last = metrics["eval/real_reward"]
+        self.metrics, self.last_step = dict(metrics), step
         log_metrics(trainer.loggers, metrics, step=step)
         for logger in trainer.loggers:
             if isinstance(logger, MLFlowLogger):

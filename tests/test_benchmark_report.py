@@ -273,3 +273,30 @@ def test_world_model_arms_start_from_the_pretrained_model_and_the_table_shows_it
     assert "world_model.init=/x/wm.pt" in args["wmrl"] and not any("world_model.init" in a for a in args["sandbox_rl"])
     table = (tmp_path / "b" / "table.md").read_text()
     assert "120 real executions" in table and "| wmrl | 12.0 | 60.0 (1.50x) | 60.0 (1.50x) |" in table
+
+
+def test_cost_vs_reward_bands_span_the_seeds_interval():
+    seeds = [_run("wmrl", [4, 4], [2] * 2, [1] * 2, {0: 0.4, 2: v}, 64, 75.0, seed=i) for i, v in enumerate((0.7, 0.9))]
+    bands = render.eval_bands(seeds, "wmrl")
+    assert bands[0] == (0.0, 0.4, pytest.approx(0.4), pytest.approx(0.4))  # same start: zero-width interval
+    x, m, lo, hi = bands[1]
+    assert (x, m) == (8.0, pytest.approx(0.8))
+    assert hi - m == pytest.approx(12.7062047 * 0.1)  # t_0.975,1 · sd/√n = t · 0.1414/1.414
+    report = stats.build_report([SANDBOX, *seeds], ["sandbox_rl", "wmrl"])
+    ax = render.cost_vs_reward_figure(report, [SANDBOX, *seeds]).axes[0]
+    assert len(ax.collections) == 1  # a band for wmrl (two seeds), none for the one-seed baseline
+    verts = ax.collections[0].get_paths()[0].vertices
+    assert verts[:, 1].max() == pytest.approx(hi) and ax.get_xlabel() == "cumulative training cost (s)"
+
+
+def test_benchmark_report_links_each_runs_report(tmp_path):
+    runs = []
+    for arm in ("sandbox_rl", "wmrl"):
+        run_dir = tmp_path / "runs" / arm
+        (run_dir / "report").mkdir(parents=True)
+        (run_dir / "report" / "index.html").write_text("<html></html>")
+        runs.append({"arm": arm, "seed": 0, "summary": {"run_dir": str(run_dir)}})
+    runs.append({"arm": "wm_raw", "seed": 0, "summary": {}})  # failed: no run, no link
+    section = render.run_reports_section(runs, tmp_path)
+    assert "- sandbox_rl seed 0: [run report](runs/sandbox_rl/report/index.html)" in section
+    assert "- wmrl seed 0: [run report](runs/wmrl/report/index.html)" in section and "wm_raw" not in section

@@ -37,8 +37,9 @@ def _client(tmp):
 def smoke_run(tmp_path_factory, session_cache):
     tmp = tmp_path_factory.mktemp("smoke")
     t0 = time.perf_counter()
-    _run(tmp, session_cache)
+    r = _run(tmp, session_cache, "trainer.progress_bar=true")  # stdout is a pipe: one plain line per step
     wall = time.perf_counter() - t0
+    (tmp / "console.txt").write_text(r.stdout + r.stderr)
     run_dir = next((tmp / "runs").iterdir())
     return tmp, run_dir, json.loads((run_dir / "summary.json").read_text()), wall
 
@@ -92,6 +93,69 @@ def test_smoke_finishes_quickly(smoke_run):
     assert wall < 600  # generous: the first run also builds leaderboards, tokenizer and warm start
 
 
+def test_smoke_console_shows_header_steps_and_summary_not_lightning_banners(smoke_run):
+    tmp, run_dir, summary, wall = smoke_run
+    out = (tmp / "console.txt").read_text()
+    assert f"wmrl smoke · run dir {run_dir}" in out and summary["mlflow_run_id"] in out.split("\n")[
+        next(i for i, line in enumerate(out.split("\n")) if line.startswith("wmrl smoke"))]
+    assert [f"step {i}/4 · train reward" in out for i in (1, 2, 3, 4)] == [True] * 4
+    assert "wmrl summary: smoke, 4/4 RL steps" in out
+    assert f"mlflow ui --backend-store-uri sqlite:///{tmp.resolve()}/mlruns.db" in out
+    for banner in ("GPU available", "TPU available", "litlogger", "v_num", "Epoch 0"):
+        assert banner not in out
+    assert (run_dir / "summary.txt").read_text().strip() in out
+
+
+def _history(client, run_id, key):
+    return {m.step: m.value for m in client.get_metric_history(run_id, key)}
+
+
+def test_smoke_summary_equals_the_logged_metrics(smoke_run):
+    tmp, run_dir, summary, wall = smoke_run
+    client = _client(tmp)
+    rid = summary["mlflow_run_id"]
+    s = summary["summary"]
+    assert s["train_cost_s"] == pytest.approx(sum(_history(client, rid, "time/step_s").values()))
+    assert s["cost_split_s"]["generation"] == pytest.approx(sum(_history(client, rid, "time/generation_s").values()))
+    assert s["cost_split_s"]["update"] == pytest.approx(sum(_history(client, rid, "time/policy_train_s").values()))
+    assert s["real_executions"] == summary["cost/real_executions"] == max(_history(client, rid, "cost/real_executions").values())
+    evals = _history(client, rid, "eval/real_reward")
+    assert (s["eval_start"]["step"], s["eval_end"]["step"]) == (0, 4)
+    assert (s["eval_start"]["reward"], s["eval_end"]["reward"]) == (evals[0], evals[4])
+    spearman = list(_history(client, rid, "wm/spearman").values())
+    assert s["fidelity"]["wm/spearman"] == pytest.approx(sum(spearman) / len(spearman))
+    assert s["sandbox_only_executions"] == 4 * 2 * 4 * 2
+    assert s["checkpoint"] == str(run_dir / "checkpoints" / "last.ckpt")
+
+
+def _assert_report(run_dir: Path, out: Path) -> None:
+    """Every figure of the report is a non-empty image, and the figures show this run's curves."""
+    import matplotlib.image
+
+    from wmrl.report import figures, load_run, write_report
+
+    run = load_run(run_dir)
+    write_report(run, out)
+    for name in figures.FIGURES:
+        img = matplotlib.image.imread(out / f"{name}.png")
+        assert img.shape[0] > 100 and img.std() > 0, name
+    by_step = figures.reward(run).axes[0]
+    assert by_step.get_xlabel() == "RL step"
+    assert list(by_step.containers[0].lines[0].get_xdata()) == sorted(run.series("eval/real_reward"))
+    assert len(figures.cost(run).axes[0].containers[0].patches) == len(run.series("time/step_s"))
+    if run.anchor_pairs:
+        assert figures.divergence(run).axes[0].images, "anchor pairs but no heatmap"
+
+
+def test_smoke_report_is_written_and_logged_to_mlflow(smoke_run):
+    tmp, run_dir, summary, wall = smoke_run
+    assert (run_dir / "report" / "index.html").exists()
+    logged = {a.path for a in _client(tmp).list_artifacts(summary["mlflow_run_id"], "report")}
+    assert {"report/reward.png", "report/cost.png", "report/fidelity.png", "report/divergence.png",
+            "report/anchors.png", "report/index.html"} <= logged
+    _assert_report(run_dir, tmp / "rerendered")
+
+
 def _final_params(run_dir: Path) -> dict:
     ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     return {k: v for k, v in ckpt["state_dict"].items()}, ckpt
@@ -128,6 +192,13 @@ def test_killed_run_resumes_to_the_same_end(tmp_path, session_cache):
     proc.wait()
     killed_at = torch.load(ckpt, map_location="cpu", weights_only=False)["wmrl"]["rl_step"]
     assert killed_at < 5
+    # the report of the killed run, from what it logged before the kill
+    _assert_report(ckpt.parent.parent, tmp / "killed-report")
+    from wmrl import summary as summary_
+    from wmrl.report import load_run
+
+    killed = summary_.summarize(load_run(ckpt.parent.parent))
+    assert killed["status"] == "RUNNING" and killed_at <= killed["steps"] < 5
 
     _run(tmp, session_cache, steps, "resume=last")
     run_dir = ckpt.parent.parent

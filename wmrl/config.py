@@ -177,6 +177,7 @@ class LoggerConfig:
     run_name: Optional[str] = opt(None, "MLflow run name; null = preset name and time")
     samples_per_eval: int = opt(16, "sample trajectories saved as an artifact per evaluation")
     parent_run_id: Optional[str] = opt(None, "MLflow run to nest this run under (benchmarks)")
+    report: bool = opt(True, "write the run report (PNGs, index.html) at the end and log it to MLflow")
 
 
 @dataclass

@@ -4,6 +4,7 @@ This is the one place config becomes objects; `python train.py` calls `train(cfg
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import time
@@ -90,6 +91,8 @@ def _quiet() -> None:
                 ".*overridden .transfer_batch_to_device.*", ".*isinstance.treespec, LeafSpec.*",
                 ".*does not have many workers.*"):
         warnings.filterwarnings("ignore", message=msg)
+    # Lightning's info banners (GPU/TPU available, a logging product's tip) through its own logger; warnings stay
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").setLevel(logging.WARNING)
 
 
 @dataclass
@@ -166,6 +169,8 @@ def train(cfg: DictConfig, wrap_world_model: Callable[[WorldModel], WorldModel] 
     from lightning.pytorch.callbacks import ModelCheckpoint
     from lightning.pytorch.loggers import MLFlowLogger
 
+    from callbacks.progress import StepProgressBar, arms
+    from wmrl.report.data import TRACKING_URI_FILE, absolute_tracking_uri
     from wmrl.sandbox import rewind
     from wmrl.tasks import load_suite
 
@@ -195,15 +200,19 @@ def train(cfg: DictConfig, wrap_world_model: Callable[[WorldModel], WorldModel] 
                           tags={"mlflow.parentRunId": cfg.logger.parent_run_id} if cfg.logger.parent_run_id else None)
     if run_id is None:
         run_id_file.write_text(logger.run_id)
+        (run_dir / TRACKING_URI_FILE).write_text(absolute_tracking_uri(cfg.logger.tracking_uri))
         logger.log_hyperparams(_flatten(OmegaConf.to_container(cfg, resolve=True)))
         logger.experiment.log_text(logger.run_id, OmegaConf.to_yaml(cfg), "config.yaml")
         logger.experiment.set_tag(logger.run_id, "run_dir", str(run_dir.resolve()))
         logger.experiment.set_tag(logger.run_id, "warm_start", json.dumps(parts.warm_start))
 
+    bar = StepProgressBar(cfg.rl.steps, {"preset": cfg.name, "run_dir": run_dir, "arms": arms(cfg),
+                                          "experiment": cfg.logger.experiment_name}, parts.cost,
+                          parts.evaluation, enabled=cfg.trainer.progress_bar)
     trainer = L.Trainer(
-        max_epochs=1, logger=logger, callbacks=[*parts.callbacks, checkpoint],
+        max_epochs=1, logger=logger, callbacks=[*parts.callbacks, bar, checkpoint],
         accelerator=cfg.trainer.accelerator, devices=_devices(cfg.trainer.devices), strategy=cfg.trainer.strategy,
-        precision=cfg.trainer.precision, enable_progress_bar=cfg.trainer.progress_bar, enable_model_summary=False,
+        precision=cfg.trainer.precision, enable_progress_bar=True, enable_model_summary=False,  # the bar obeys trainer.progress_bar
         log_every_n_steps=1, num_sanity_val_steps=0, limit_val_batches=0,
     )
     try:
@@ -215,10 +224,32 @@ def train(cfg: DictConfig, wrap_world_model: Callable[[WorldModel], WorldModel] 
         logger.experiment.log_artifact(logger.run_id, str(final), "checkpoints")
     summary = {"run_dir": str(run_dir), "mlflow_run_id": logger.run_id, "steps": parts.module.rl_step,
                "eval/real_reward": parts.evaluation.last, **parts.cost.totals}
+    summary.update(report(run_dir, logger, str(final) if final.exists() else None, cfg.logger.report))
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
 
 
+
+
+def report(run_dir: Path, logger, checkpoint: str | None, figures: bool) -> dict:
+    """The end-of-run summary read back from what MLflow logged (printed, written to the run directory),
+    and with `figures` the run report (`wmrl.report`), logged to MLflow as artifacts under report/."""
+    from wmrl import summary as summary_
+    from wmrl.report import load_run, write_report
+
+    run = load_run(run_dir)
+    s = summary_.summarize(run, checkpoint)
+    text = summary_.render(s)
+    (run_dir / "summary.txt").write_text(text + "\n")
+    if figures:
+        try:
+            page = write_report(run, run_dir / "report", checkpoint)
+            logger.experiment.log_artifacts(logger.run_id, str(page.parent), "report")
+            text += f"\nreport            {page}   (python -m wmrl.report {run_dir})"
+        except Exception as e:  # a figure that fails must not turn a finished training into a failed one
+            text += f"\nreport            FAILED ({type(e).__name__}: {e}); retry: python -m wmrl.report {run_dir}"
+    print(text, flush=True)
+    return {"summary": s}
 
 
 def _devices(devices: str):

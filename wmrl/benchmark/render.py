@@ -78,8 +78,36 @@ def render_markdown(report: dict, strata: Sequence[dict] = (), recovered: Sequen
     return "\n".join(lines) + "\n"
 
 
-def plot_cost_vs_reward(report: dict, path) -> None:
-    """Eval reward against cumulative training cost, one line per arm (mean over seeds)."""
+def eval_bands(runs: Sequence[dict], arm: str) -> list[tuple[float, float, float | None, float | None]]:
+    """(mean cumulative cost, mean eval reward, 95% t-interval lo, hi over seeds) at each evaluated step
+    every successful seed of `arm` has; lo/hi None with one seed."""
+    from wmrl.benchmark.stats import cumulative_cost, t_interval
+
+    ok = [r for r in runs if r["arm"] == arm and r.get("status") == "ok"]
+    if not ok:
+        return []
+    evals = [r["history"].get("eval/real_reward") or {} for r in ok]
+    costs = [cumulative_cost(r["history"].get("time/step_s") or {}) for r in ok]
+    steps = sorted(set.intersection(*(set(e) & set(c) for e, c in zip(evals, costs))))
+    out = []
+    for s in steps:
+        ci = t_interval([e[s] for e in evals])
+        out.append((sum(c[s] for c in costs) / len(costs), ci["mean"], ci["lo"], ci["hi"]))
+    return out
+
+
+def plot_cost_vs_reward(report: dict, path, runs: Sequence[dict] = ()) -> None:
+    """`cost_vs_reward_figure` saved to `path`."""
+    import matplotlib.pyplot as plt
+
+    fig = cost_vs_reward_figure(report, runs)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def cost_vs_reward_figure(report: dict, runs: Sequence[dict] = ()):
+    """Eval reward against cumulative training cost, one line per arm (mean over seeds), with its 95%
+    t-interval over seeds as a band when `runs` (the benchmark's runs) has two or more seeds of the arm."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -89,18 +117,40 @@ def plot_cost_vs_reward(report: dict, path) -> None:
     for r in report["rows"]:
         pts = [(r["cost_curve"][s], v) for s, v in r["eval_curve"].items() if s in r["cost_curve"]]
         if pts:
-            ax.plot(*zip(*pts), marker="o", label=r["arm"])
+            (line,) = ax.plot(*zip(*pts), marker="o", label=r["arm"])
+            band = [b for b in eval_bands(runs, r["arm"]) if b[2] is not None]
+            if band:
+                x, _, lo, hi = zip(*band)
+                ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.15, lw=0)
     if report["target_reward"] is not None:
         ax.axhline(report["target_reward"], color="grey", ls="--", lw=1,
                    label=f"target ({report['target_fraction']:.0%} of {report['baseline']})")
     ax.set_xlabel("cumulative training cost (s)")
     ax.set_ylabel("held-out eval reward (real execution)")
+    ax.set_title("Held-out reward vs training cost (bands: 95% interval over seeds)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return fig
 
+
+def run_reports_section(runs: Sequence[dict], out) -> str:
+    """Links to each arm's run report (`wmrl.report`, written by every training into its run directory)."""
+    from pathlib import Path
+
+    lines = []
+    for r in runs:
+        run_dir = (r.get("summary") or {}).get("run_dir")
+        page = Path(run_dir) / "report" / "index.html" if run_dir else None
+        if page is None or not page.exists():
+            continue
+        try:
+            href = page.resolve().relative_to(Path(out).resolve())
+        except ValueError:
+            href = page.resolve()
+        lines.append(f"- {r['arm']} seed {r['seed']}: [run report]({href})")
+    return ("\nRun reports (curves, cost split, world-model fidelity and divergence map of each training):\n\n"
+            + "\n".join(lines) + "\n") if lines else ""
 
 
 def pretrain_section(report: dict, pretrain: dict, runs: int) -> str:

@@ -12,6 +12,8 @@ import hashlib
 import inspect
 import json
 import random
+import sys
+import time
 from pathlib import Path
 
 import lightning as L
@@ -106,14 +108,24 @@ def warm_start(policy, chat, tasks: list, policy_cfg, turns: int, seed: int, cac
     path = Path(cache_dir).expanduser() / "warmstart" / f"{key}.pt"
     if path.exists():
         policy.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+        print(f"warm start: cached ({path})", flush=True)
         return {"cached": True, "path": str(path)}
     rows = demonstrations(tasks, chat, policy_cfg.sft_examples, turns, policy_cfg.sft_invalid_rate, seed)
     loader = DataLoader(rows, batch_size=policy_cfg.sft_batch_size, shuffle=True, collate_fn=_collate(chat.tok.pad_token_id),
                         generator=torch.Generator().manual_seed(seed))
     steps = len(loader) * policy_cfg.sft_epochs
     module = SFTModule(policy, policy_cfg.sft_lr, steps)
+    # a terminal gets Lightning's bar; a log file one line per epoch instead of carriage returns
+    bar = progress and sys.stdout.isatty()
+    t0 = time.perf_counter()
+    print(f"warm start: fine-tuning on {len(rows)} demonstrations, {policy_cfg.sft_epochs} epochs of {len(loader)} "
+          f"batches (once; cached in {path.parent})", flush=True)
+    epoch_lines = L.pytorch.callbacks.LambdaCallback(on_train_epoch_end=lambda tr, _: print(
+        f"warm start: epoch {tr.current_epoch + 1}/{tr.max_epochs} loss {float(tr.callback_metrics.get('sft/loss', float('nan'))):.3f} "
+        f"({time.perf_counter() - t0:.0f}s)", flush=True))
     trainer = L.Trainer(max_epochs=policy_cfg.sft_epochs, logger=False, enable_checkpointing=False, accelerator="auto",
-                        devices=1, enable_progress_bar=progress, enable_model_summary=False, gradient_clip_val=1.0)
+                        devices=1, enable_progress_bar=bar, enable_model_summary=False, gradient_clip_val=1.0,
+                        callbacks=[] if bar else [epoch_lines])
     trainer.fit(module, loader)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")

@@ -52,8 +52,13 @@ def fit_references(task: "Task") -> List[Dict]:
 
     s = task.splits()
     rows = []
-    for name, source in tqdm(task.reference_programs().items(), desc=f"leaderboard {task.name}",
-                             file=sys.stderr, leave=False):
+    programs = task.reference_programs()
+    t0 = time.perf_counter()
+    tty = sys.stderr.isatty()
+    if not tty:  # a log file gets plain lines, not a bar's carriage returns
+        print(f"leaderboard {task.name}: fitting {len(programs)} references (once; cached)", file=sys.stderr, flush=True)
+    for name, source in tqdm(programs.items(), desc=f"leaderboard {task.name}", file=sys.stderr, leave=False,
+                             disable=not tty):
         namespace: Dict = {}
         exec(compile(source, f"<reference {name}>", "exec"), namespace)
         start = time.perf_counter()
@@ -65,6 +70,8 @@ def fit_references(task: "Task") -> List[Dict]:
             scores = {split: task.score(np.asarray(model.predict(X)), split) for split, X in
                       (("val", s.X_val), ("test", s.X_test))}
         rows.append({"name": name, **scores, "fit_s": round(fit_s, 4)})
+    if not tty:
+        print(f"leaderboard {task.name}: done in {time.perf_counter() - t0:.0f}s", file=sys.stderr, flush=True)
     return rows
 
 
