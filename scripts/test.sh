@@ -8,6 +8,7 @@ export MLFLOW_DISABLE_TELEMETRY=true
 python3 -m pytest -q tests
 VENV="$(mktemp -d /tmp/wmrl-ci-venv.XXXXXX)"
 trap 'rm -rf "$VENV"' EXIT
+chmod 755 "$VENV"  # mktemp makes it 0700: the sandbox's unprivileged slot uid must reach the venv's packages
 python3 -m venv "$VENV"
 PYTHON="$VENV/bin/python" bash scripts/setup.sh
 "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/test_sandbox_hostile.py tests/test_sandbox_disguise.py

@@ -135,6 +135,11 @@ def setup_unshare_mounts(cfg):
         if os.path.isdir(p):  # not when an earlier cover already emptied its parent
             _mount("tmpfs", p, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755")
             covered.append(p)
+    # scratch before re-exposing: an environment under /tmp (a CI venv) is bound on top of the new tmpfs
+    for p in ("/tmp", "/var/tmp", "/dev/shm", "/run/shm"):
+        if os.path.isdir(p) and not os.path.islink(p):
+            mode = "0755" if p == "/tmp" else "0000"
+            _mount("tmpfs", p, "tmpfs", MS_NOSUID | MS_NODEV, f"size={cfg.get('scratch_mb', 256)}m,mode={mode}")
     for r, fd in handles.items():
         os.makedirs(r, mode=0o755, exist_ok=True)  # inside the covering tmpfs
         _mount(f"/proc/self/fd/{fd}", r, None, MS_BIND | MS_REC)
@@ -147,10 +152,6 @@ def setup_unshare_mounts(cfg):
             _mount("tmpfs", p, "tmpfs", MS_NOSUID | MS_NODEV | MS_RDONLY, "size=4k,mode=0755")
         elif os.path.isfile(p):
             _mount("/dev/null", p, None, MS_BIND)
-    for p in ("/tmp", "/var/tmp", "/dev/shm", "/run/shm"):
-        if os.path.isdir(p) and not os.path.islink(p):
-            mode = "0755" if p == "/tmp" else "0000"
-            _mount("tmpfs", p, "tmpfs", MS_NOSUID | MS_NODEV, f"size={cfg.get('scratch_mb', 256)}m,mode={mode}")
 
 
 # ---------------------------------------------------------------- seccomp

@@ -182,6 +182,8 @@ def command(mode: str, zygote_cfg: dict, probe: bool = False, scratch_mb: int = 
     for name in ETC_ESSENTIALS:
         if os.path.exists(f"/etc/{name}"):
             argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+    # the scratch /tmp first: an environment that lives under /tmp (a CI venv) is bound on top of it, not hidden
+    argv += ["--size", str(scratch_mb << 20), "--perms", "0755", "--tmpfs", "/tmp", "--proc", "/proc", "--dev", "/dev"]
     for root in python_roots():
         argv += _mkdirs_0755(root) + ["--ro-bind", root, root]
     for path in hidden:
@@ -189,11 +191,13 @@ def command(mode: str, zygote_cfg: dict, probe: bool = False, scratch_mb: int = 
             argv += ["--perms", "0755", "--tmpfs", path, "--remount-ro", path]
         else:
             argv += ["--ro-bind", "/dev/null", path]
-    argv += ["--size", str(scratch_mb << 20), "--perms", "0755", "--tmpfs", "/tmp", "--proc", "/proc", "--dev", "/dev"]
     if not probe:
         argv += ["--ro-bind", str(ZYGOTE), ZYGOTE_IN_SANDBOX]
     argv += ["--chdir", "/tmp", py, *payload]
     return argv
+
+
+SCRATCH_DIRS = ("/tmp", "/var/tmp")  # replaced by private tmpfs in every mode
 
 
 def _mkdirs_0755(path: str) -> list[str]:
@@ -225,5 +229,6 @@ def _unshare_cover(mode: str) -> tuple[list[str], list[str]]:
                                "/var/lib", "/var/log", "/run/secrets", *closed} if os.path.isdir(p) and p != "/")
     # never cover the interpreter itself or part of it; re-expose the roots that lie inside a cover
     cover = [p for p in cover if not any(p == r or p.startswith(r + os.sep) for r in roots)]
-    expose = [r for r in roots if any(r.startswith(p + os.sep) for p in cover)]
+    # roots inside a cover, or inside a scratch directory the zygote replaces by a tmpfs (a venv in /tmp)
+    expose = [r for r in roots if any(r.startswith(p + os.sep) for p in [*cover, *SCRATCH_DIRS])]
     return cover, expose
