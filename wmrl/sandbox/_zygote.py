@@ -146,6 +146,8 @@ def setup_unshare_mounts(cfg):
         _mount(None, r, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
         os.close(fd)
     for p in covered:
+        if p.startswith(("/tmp/", "/var/tmp/")):
+            continue  # gone under the scratch tmpfs mounted since
         _mount(None, p, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, "size=64k,mode=0755")
     for p in cfg.get("hide", []):
         if os.path.isdir(p):
