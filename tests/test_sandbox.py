@@ -202,3 +202,18 @@ def test_cli_prints_strict_json_whatever_the_program_reports(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     [line] = [json.loads(line, parse_constant=_no_nan) for line in r.stdout.splitlines()]
     assert line["status"] == "valid" and math.isfinite(line["fit_s"]) and math.isfinite(line["predict_s"])
+
+
+def test_an_environment_under_tmp_is_re_exposed_over_the_scratch_tmpfs(monkeypatch, tmp_path):
+    """A venv under /tmp (CI's, or a user's) would be hidden by the sandbox's private /tmp: unshare mode
+    must re-expose it, and bwrap must mount the scratch /tmp before binding the environment on top."""
+    from wmrl.sandbox import isolation
+
+    venv = str(tmp_path / "venv")  # pytest's tmp_path lives under /tmp
+    assert venv.startswith("/tmp/")
+    monkeypatch.setattr(isolation, "python_roots", lambda: [venv, "/usr"])
+    _, expose = isolation._unshare_cover("unshare")
+    assert expose == [venv]
+    argv = isolation.command("bwrap", {"uid": 60000}, probe=True)
+    tmpfs = argv.index("/tmp", argv.index("--tmpfs"))
+    assert tmpfs < argv.index(venv)  # bound after (on top of) the scratch tmpfs
