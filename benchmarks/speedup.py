@@ -144,6 +144,12 @@ def run_benchmark(out: Path, scenario: str = "default", seeds: int = 1, override
                  "arms": ",".join(a[0] for a in arms), "bias": json.dumps(bias) if scenario == "correlated" else ""}.items():
         client.log_param(pid, k, str(v)[:500])
 
+    def results_of(runs: list[dict]) -> dict:
+        return {"scenario": scenario, "seeds": seeds, "overrides": list(overrides), "bias": bias if scenario == "correlated" else {},
+                "arms": [a[0] for a in arms], "command": " ".join(["python", "benchmarks/speedup.py", *sys.argv[1:]]),
+                "note": note, "mlflow": {"tracking_uri": uri, "parent_run_id": pid}, "runs": runs,
+                "pretrained": pretrained, "complete": len(runs) == seeds * len(arms)}
+
     runs = []
     for seed in range(seeds):
         for label, preset, arm_overrides, arm_bias in arms:
@@ -168,11 +174,9 @@ def run_benchmark(out: Path, scenario: str = "default", seeds: int = 1, override
             print(f"[speedup] {name}: {run['status']} in {run['wall_s']:.0f}s "
                   f"(eval {fmt(stats.final_eval(run)) if run['status'] == 'ok' else '-'})", flush=True)
             runs.append(run)
+            write_report(out, results_of(runs))  # a stopped benchmark keeps every finished training's numbers
 
-    results = {"scenario": scenario, "seeds": seeds, "overrides": list(overrides), "bias": bias if scenario == "correlated" else {},
-               "arms": [a[0] for a in arms], "command": " ".join(["python", "benchmarks/speedup.py", *sys.argv[1:]]),
-               "note": note, "mlflow": {"tracking_uri": uri, "parent_run_id": pid}, "runs": runs,
-               "pretrained": pretrained}
+    results = results_of(runs)
     rendered = write_report(out, results)
     for k, v in rendered["metrics"].items():
         client.log_metric(pid, k, v)

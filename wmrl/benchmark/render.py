@@ -12,6 +12,13 @@ def _x(r) -> str:
     return f" ({fmt(r, 2)}x)" if r is not None else ""
 
 
+def _paired(row: dict, baseline: str) -> str:
+    d = row["vs_baseline"]
+    if row["arm"] == baseline or d["mean"] is None:
+        return "—"
+    return f"{d['mean']:+.3f}" + ("" if d["lo"] is None else f" [{d['lo']:+.3f}, {d['hi']:+.3f}]{'*' if d['significant'] else ''}")
+
+
 def render_markdown(report: dict, strata: Sequence[dict] = (), recovered: Sequence[dict] = (),
                     header: str = "", show_targets: bool = True) -> str:
     b = report["baseline"]
@@ -24,12 +31,13 @@ def render_markdown(report: dict, strata: Sequence[dict] = (), recovered: Sequen
         if len(versions) > 1:
             lines += ["- code versions: " + ", ".join(f"{r}={v}" for r, v in report["code_versions"].items())]
         lines.append("")
-    lines += [f"Ratios in parentheses are to `{b}`. Final eval reward: mean [95% t-interval over seeds]. "
-              f"Time to target: training cost until the first evaluation >= {report['target_fraction']:.0%} of "
-              f"`{b}`'s final eval reward ({fmt(report['target_reward'])}).", "",
-              "| arm | seeds | training cost s | real executions | sandbox slot-s | final eval reward | "
-              "time to target s | WM spearman | WM MAE | WM 2σ coverage |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"Ratios in parentheses are to `{b}`. Final eval reward and gain (final − warm start, per seed): "
+              f"mean [95% t-interval over seeds]; vs `{b}`: final eval difference paired by seed (* = interval excludes 0). "
+              f"Time to target: training cost until the first evaluation >= `{b}`'s warm start + "
+              f"{report['target_gain_share']:g} x its mean gain ({fmt(report['target_reward'])}).", "",
+              "| arm | seeds | training cost s | real executions | sandbox slot-s | final eval reward | gain over warm start | "
+              f"vs {b} | time to target s | WM spearman | WM MAE | WM 2σ coverage |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["rows"]:
         q = r["ratio"]
         seeds = str(r["seeds"]) + (f" ({len(r['failed_seeds'])} failed)" if r["failed_seeds"] else "")
@@ -38,7 +46,8 @@ def render_markdown(report: dict, strata: Sequence[dict] = (), recovered: Sequen
             f"| {r['arm']} | {seeds} | {fmt(r['train_cost_s'], 1)}{_x(q['train_cost'])} | "
             f"{fmt(r['real_executions'], 0)}{_x(q['real_executions'])} | "
             f"{fmt(r['sandbox_slot_s'], 1)}{_x(q['sandbox_slot_s'])} | "
-            f"{fmt_ci(r['final_eval'])}{_x(q['final_eval'])} | {ttt}{_x(q['time_to_target'])} | "
+            f"{fmt_ci(r['final_eval'])}{_x(q['final_eval'])} | {fmt_ci(r['gain'])} | {_paired(r, b)} | "
+            f"{ttt}{_x(q['time_to_target'])} | "
             + " | ".join(fmt(r["fidelity"][m]) for m in FIDELITY) + " |")
     lines += ["", "Speedup over `" + b + "` (training cost). Ideal = its mean step cost / the arm's mean "
               "(generation + policy update) time per step, i.e. world-model inference, anchors, warm-up and "
@@ -62,7 +71,7 @@ def render_markdown(report: dict, strata: Sequence[dict] = (), recovered: Sequen
                   f"{'n/a' if t['passed'] is None else ('PASS' if t['passed'] else 'FAIL')} |" for t in tg]
     if recovered:
         lines += ["", "Correlated world-model error: does a world-model arm recover the real-execution quality "
-                      f"(final eval >= {report['target_fraction']:.0%} of `{b}`)?", "",
+                      f"(final eval >= {fmt(report['recovery_reward'])}, 95% of `{b}`'s)?", "",
                   "| arm | final eval reward | vs baseline | intervals overlap | recovers |", "|---|---|---|---|---|"]
         for r in recovered:
             ov = r["overlaps_baseline"]
@@ -124,7 +133,7 @@ def cost_vs_reward_figure(report: dict, runs: Sequence[dict] = ()):
                 ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.15, lw=0)
     if report["target_reward"] is not None:
         ax.axhline(report["target_reward"], color="grey", ls="--", lw=1,
-                   label=f"target ({report['target_fraction']:.0%} of {report['baseline']})")
+                   label=f"target ({report['baseline']} warm start + {report['target_gain_share']:g} x gain)")
     ax.set_xlabel("cumulative training cost (s)")
     ax.set_ylabel("held-out eval reward (real execution)")
     ax.set_title("Held-out reward vs training cost (bands: 95% interval over seeds)")

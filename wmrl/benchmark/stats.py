@@ -23,7 +23,10 @@ PAPER_ORDER = ("wmrl", "wmrl_no_denoise", "wmrl_no_debias", "wm_raw")
 FIDELITY = ("wm/spearman", "wm/mae", "wm/coverage_2sigma")
 
 
-TARGET_FRACTION = 0.95  # time to target: first evaluation at or above this share of the baseline's final reward
+# Time to target (issue 13): training cost until the first evaluation at or above the baseline's warm start
+# plus this share of its mean gain over the warm start; undefined when the baseline did not gain.
+TARGET_GAIN_SHARE = 0.5
+RECOVERY_FRACTION = 0.95  # correlated scenario: an arm recovers at this share of the baseline's final reward
 
 
 # Keys that define an arm (or name a run); any other resolved config key must be equal across all runs.
@@ -81,7 +84,7 @@ def time_to_target(evals: dict[int, float], cum_cost: dict[int, float], target: 
     if target is None:
         return None
     for step in sorted(evals):
-        if _finite(evals[step]) and evals[step] >= target and step in cum_cost:
+        if _finite(evals[step]) and evals[step] >= target - 1e-9 and step in cum_cost:  # "at", up to rounding
             return cum_cost[step]
     return None
 
@@ -106,6 +109,37 @@ def final_eval(run: dict) -> float | None:
     if evals:
         return evals[max(evals)]
     return run.get("summary", {}).get("eval/real_reward")
+
+
+def warm_start_eval(run: dict) -> float | None:
+    """The evaluation before the first update (step 0)."""
+    return (run["history"].get("eval/real_reward") or {}).get(0)
+
+
+def gain(run: dict) -> float | None:
+    """Final eval reward minus the warm start's, in one run (None without both)."""
+    first, last = warm_start_eval(run), final_eval(run)
+    return last - first if _finite(first) and _finite(last) else None
+
+
+def eval_points(runs: Sequence[dict]) -> dict[int, dict]:
+    """step -> t_interval over seeds of eval/real_reward, on the steps every run evaluated."""
+    curves = [r["history"].get("eval/real_reward") or {} for r in runs]
+    if not curves:
+        return {}
+    steps = set.intersection(*(set(c) for c in curves))
+    return {s: t_interval([c[s] for c in curves]) for s in sorted(steps)}
+
+
+def paired_difference(runs: Sequence[dict], other: Sequence[dict]) -> dict:
+    """t_interval of final eval(run) - final eval(other) over the seeds both have (same seed = same warm start
+    and tasks, so the pairing removes the seed-to-seed spread); `significant` when the interval excludes 0."""
+    mine = {r["seed"]: final_eval(r) for r in runs if r.get("status") == "ok"}
+    theirs = {r["seed"]: final_eval(r) for r in other if r.get("status") == "ok"}
+    diffs = [mine[s] - theirs[s] for s in sorted(set(mine) & set(theirs)) if _finite(mine[s]) and _finite(theirs[s])]
+    ci = t_interval(diffs)
+    ci["significant"] = None if ci["lo"] is None else (ci["lo"] > 0 or ci["hi"] < 0)
+    return ci
 
 
 def per_step_mean(run: dict, metrics: Sequence[str]) -> float | None:
@@ -135,6 +169,10 @@ def arm_row(arm: str, runs: Sequence[dict]) -> dict:
         "real_executions": mean(r["summary"].get("cost/real_executions") for r in ok),
         "sandbox_slot_s": mean(r["summary"].get("cost/sandbox_slot_s") for r in ok),
         "final_eval": t_interval(finals),
+        "warm_start": t_interval([warm_start_eval(r) for r in ok]),
+        "gain": t_interval([gain(r) for r in ok]),
+        "gains": [gain(r) for r in ok],
+        "eval_points": eval_points(ok),
         "fidelity": fidelity,
         "step_s": mean(per_step_mean(r, ["time/step_s"]) for r in ok),
         "gen_plus_train_s": mean(per_step_mean(r, ["time/generation_s", "time/policy_train_s"]) for r in ok),
@@ -152,7 +190,7 @@ def ablation_order(rows: Sequence[dict], arms: Sequence[str] = PAPER_ORDER) -> d
 
 
 def build_report(runs: Sequence[dict], arms: Sequence[str], baseline: str = BASELINE, wmrl: str = "wmrl",
-                 target_fraction: float = TARGET_FRACTION) -> dict:
+                 target_gain_share: float = TARGET_GAIN_SHARE) -> dict:
     """Every number of the tables: rows with ratios to the baseline, time to target, ideal speedup."""
     by_arm: dict[str, list[dict]] = defaultdict(list)
     for r in runs:
@@ -160,7 +198,8 @@ def build_report(runs: Sequence[dict], arms: Sequence[str], baseline: str = BASE
     rows = [arm_row(a, by_arm.get(a, [])) for a in arms]
     base = next((r for r in rows if r["arm"] == baseline), None)
     base_final = base["final_eval"]["mean"] if base else None
-    target = target_fraction * base_final if _finite(base_final) else None
+    base_gain, base_warm = (base["gain"]["mean"], base["warm_start"]["mean"]) if base else (None, None)
+    target = base_warm + target_gain_share * base_gain if _finite(base_gain) and base_gain > 0 else None
     for row in rows:
         row["time_to_target_s"] = time_to_target(row["eval_curve"], row["cost_curve"], target)
     for row in rows:
@@ -173,11 +212,13 @@ def build_report(runs: Sequence[dict], arms: Sequence[str], baseline: str = BASE
             "time_to_target": ratio(row["time_to_target_s"], b.get("time_to_target_s")),
             **{m: ratio(row["fidelity"][m], (b.get("fidelity") or {}).get(m)) for m in FIDELITY},
         }
+        row["vs_baseline"] = paired_difference(by_arm.get(row["arm"], []), by_arm.get(baseline, []))
         actual = ratio(b.get("train_cost_s"), row["train_cost_s"])  # speedup = baseline cost / arm cost
         ideal = ideal_speedup(b.get("step_s"), row["gen_plus_train_s"]) if row["arm"] != baseline else None
         row["speedup"] = {"actual": actual, "ideal": ideal, "realised": ratio(actual, ideal),
                           "time_to_target": ratio(b.get("time_to_target_s"), row["time_to_target_s"])}
-    return {"baseline": baseline, "wmrl_arm": wmrl, "target_fraction": target_fraction, "target_reward": target,
+    return {"baseline": baseline, "wmrl_arm": wmrl, "target_gain_share": target_gain_share, "target_reward": target,
+            "recovery_reward": RECOVERY_FRACTION * base_final if _finite(base_final) else None,
             "rows": rows, "ablation": ablation_order(rows)}
 
 
@@ -191,7 +232,7 @@ def recovery(report: dict, wm_arms: Sequence[str]) -> list[dict]:
         if r is None or b is None:
             continue
         f = r["final_eval"]
-        reached = report["target_reward"] is not None and f["mean"] is not None and f["mean"] >= report["target_reward"]
+        reached = report["recovery_reward"] is not None and f["mean"] is not None and f["mean"] >= report["recovery_reward"]
         out.append({"arm": arm, "final_eval": f, "ratio": r["ratio"]["final_eval"],
                     "overlaps_baseline": intervals_overlap(f, b["final_eval"]), "recovers": reached})
     return out
