@@ -2,33 +2,15 @@
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import PreTrainedTokenizerFast
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from checkpoints import make_checkpoint  # noqa: E402
 
-from wmrl.policy.chat import ChatFormat
-from wmrl.policy.model import build_policy, load_pretrained
-from wmrl.sandbox import read_log
+from wmrl.policy.chat import ChatFormat  # noqa: E402
+from wmrl.policy.model import load_pretrained  # noqa: E402
+from wmrl.sandbox import read_log  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-
-
-def make_checkpoint(path: Path) -> None:
-    """A tiny local checkpoint whose tokenizer uses ChatML, unlike the built-in one."""
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer, tok.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
-    tok.train_from_iterator(["def build():\n    return RandomForestClassifier()\n", "system user assistant"] * 20,
-                            trainers.BpeTrainer(vocab_size=400, special_tokens=["<pad>", "<unk>", "<|im_start|>", "<|im_end|>"],
-                                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
-    hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>", eos_token="<|im_end|>",
-                                     chat_template=CHATML)
-    cfg = SimpleNamespace(hidden_size=32, layers=1, heads=2, max_length=1024, arch="llama")
-    model = build_policy(cfg, len(hf_tok), hf_tok.pad_token_id, hf_tok.eos_token_id)
-    model.save_pretrained(path)
-    hf_tok.save_pretrained(path)
 
 
 def test_pretrained_checkpoint_keeps_its_own_chat_template(tmp_path):

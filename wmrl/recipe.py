@@ -136,7 +136,7 @@ def build(cfg: DictConfig, run_dir: Path, suite, wrap_world_model: Callable[[Wor
     if cfg.env.mode == "wm":
         from wmrl.world_model import make_world_model
 
-        world_model = make_world_model(cfg.world_model, seed=cfg.seed)
+        world_model = make_world_model(cfg.world_model, seed=cfg.seed, base_model=cfg.policy.model)
         if wrap_world_model is not None:
             world_model = wrap_world_model(world_model)
     sandbox = make_sandbox(cfg.sandbox, log_path=run_dir / "executions.sqlite")
