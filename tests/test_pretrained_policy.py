@@ -37,3 +37,45 @@ def test_train_runs_a_local_checkpoint_end_to_end(tmp_path, session_cache):
     log = read_log(run_dir / "executions.sqlite")
     assert {row["meta"]["purpose"] for row in log} == {"train", "eval"}  # it generated, was judged, evaluated
     assert (run_dir / "checkpoints" / "last.ckpt").exists()
+
+
+def test_a_loaded_checkpoint_is_in_train_mode_on_purpose(tmp_path):
+    """from_pretrained returns eval mode; Lightning would warn "Found N module(s) in eval mode"."""
+    make_checkpoint(tmp_path / "ckpt")
+    model, _ = load_pretrained(str(tmp_path / "ckpt"))
+    assert all(m.training for m in model.modules())
+
+
+def test_lora_trains_only_adapters_and_gradient_checkpointing_keeps_the_gradient(tmp_path):
+    import copy
+
+    import torch
+
+    from wmrl.config import PolicyConfig
+    from wmrl.module import sequence_logprobs
+    from wmrl.policy.model import prepare_for_training
+
+    make_checkpoint(tmp_path / "ckpt")
+    base, tok = load_pretrained(str(tmp_path / "ckpt"))
+    ids = torch.tensor([tok("def build():\n    return RandomForestClassifier()\n")["input_ids"]])
+    with torch.no_grad():
+        want = base(input_ids=ids).logits
+    torch.manual_seed(0)
+    plain = prepare_for_training(copy.deepcopy(base), PolicyConfig(lora_rank=4))
+    torch.manual_seed(0)  # the same adapter initialisation
+    ckpt = prepare_for_training(copy.deepcopy(base), PolicyConfig(lora_rank=4, gradient_checkpointing=True))
+    assert type(plain) is type(base)  # still a transformers model: generation and checkpoints unchanged
+    trainable = {n for n, p in plain.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n for n in trainable)
+    with torch.no_grad():
+        torch.testing.assert_close(plain(input_ids=ids).logits, want)  # adapters start as the identity
+    grads = []
+    for model in (plain, ckpt):
+        lp, _ = sequence_logprobs(model, ids, torch.ones_like(ids), 1.0)
+        lp.sum().backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad})
+        assert all(p.grad is None for p in model.parameters() if not p.requires_grad)  # the base stays frozen
+    assert ckpt.is_activation_checkpointing and not plain.is_activation_checkpointing
+    for name, g in grads[0].items():
+        torch.testing.assert_close(grads[1][name], g)
+    assert any(float(g.abs().sum()) > 0 for g in grads[0].values())
