@@ -6,6 +6,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from checkpoints import make_checkpoint  # noqa: E402
 
+import torch  # noqa: E402
+from transformers import AutoModelForCausalLM  # noqa: E402
+
 from wmrl.policy.chat import ChatFormat  # noqa: E402
 from wmrl.policy.model import load_pretrained  # noqa: E402
 from wmrl.sandbox import read_log  # noqa: E402
@@ -26,17 +29,29 @@ def test_pretrained_checkpoint_keeps_its_own_chat_template(tmp_path):
 
 
 def test_train_runs_a_local_checkpoint_end_to_end(tmp_path, session_cache):
+    """With its own warm start (a few demonstrations in its own chat template), LoRA adapters and activation
+    checkpointing; Lightning's eval-mode warning does not appear."""
     make_checkpoint(tmp_path / "ckpt")
     r = subprocess.run([sys.executable, str(ROOT / "train.py"), "experiment=smoke", f"policy.model={tmp_path}/ckpt",
-                        "policy.warm_start=false", "rl.steps=2", "eval.at_start=false", "generation.max_new_tokens=24",
-                        f"run_dir={tmp_path}/runs", f"logger.tracking_uri=sqlite:///{tmp_path}/ml.db",
+                        "policy.sft_examples=16", "policy.sft_epochs=1", "policy.lora_rank=4",
+                        "policy.gradient_checkpointing=true", "rl.steps=2", "eval.at_start=false",
+                        "generation.max_new_tokens=24", f"run_dir={tmp_path}/runs", f"logger.tracking_uri=sqlite:///{tmp_path}/ml.db",
                         f"task.cache_dir={session_cache}", "trainer.progress_bar=false"],
                        cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
+    assert "warm start: fine-tuning on 16 demonstrations" in r.stdout
+    assert "in eval mode" not in r.stdout + r.stderr
     run_dir = next((tmp_path / "runs").iterdir())
     log = read_log(run_dir / "executions.sqlite")
     assert {row["meta"]["purpose"] for row in log} == {"train", "eval"}  # it generated, was judged, evaluated
-    assert (run_dir / "checkpoints" / "last.ckpt").exists()
+    ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    base = AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt").state_dict()
+    lora = {k for k in ckpt["state_dict"] if "lora_" in k}
+    assert lora  # the adapters were trained and checkpointed; the base weights were not touched
+    frozen = {k[len("policy."):].replace(".base_layer", ""): v for k, v in ckpt["state_dict"].items()
+              if k.startswith("policy.") and "lora_" not in k}
+    assert set(frozen) == set(base)
+    assert all(torch.equal(frozen[k], v) for k, v in base.items())
 
 
 def test_a_loaded_checkpoint_is_in_train_mode_on_purpose(tmp_path):
