@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import torch
@@ -56,7 +57,9 @@ def prepare_for_training(model: torch.nn.Module, cfg) -> torch.nn.Module:
 
         lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                           target_modules=list(cfg.lora_targets), task_type="CAUSAL_LM")
-        model = get_peft_model(model, lora).get_base_model()  # base weights frozen, adapters trainable
+        with warnings.catch_warnings():  # peft reads transformers' deprecated `is_gradient_checkpointing`
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+            model = get_peft_model(model, lora).get_base_model()  # base weights frozen, adapters trainable
     if cfg.gradient_checkpointing:
         # non-reentrant: works when the inputs' embeddings are frozen (LoRA)
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
