@@ -2,33 +2,18 @@
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import PreTrainedTokenizerFast
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from checkpoints import make_checkpoint  # noqa: E402
 
-from wmrl.policy.chat import ChatFormat
-from wmrl.policy.model import build_policy, load_pretrained
-from wmrl.sandbox import read_log
+import torch  # noqa: E402
+from transformers import AutoModelForCausalLM  # noqa: E402
+
+from wmrl.policy.chat import ChatFormat  # noqa: E402
+from wmrl.policy.model import load_pretrained  # noqa: E402
+from wmrl.sandbox import read_log  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-
-
-def make_checkpoint(path: Path) -> None:
-    """A tiny local checkpoint whose tokenizer uses ChatML, unlike the built-in one."""
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer, tok.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
-    tok.train_from_iterator(["def build():\n    return RandomForestClassifier()\n", "system user assistant"] * 20,
-                            trainers.BpeTrainer(vocab_size=400, special_tokens=["<pad>", "<unk>", "<|im_start|>", "<|im_end|>"],
-                                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
-    hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>", eos_token="<|im_end|>",
-                                     chat_template=CHATML)
-    cfg = SimpleNamespace(hidden_size=32, layers=1, heads=2, max_length=1024, arch="llama")
-    model = build_policy(cfg, len(hf_tok), hf_tok.pad_token_id, hf_tok.eos_token_id)
-    model.save_pretrained(path)
-    hf_tok.save_pretrained(path)
 
 
 def test_pretrained_checkpoint_keeps_its_own_chat_template(tmp_path):
@@ -44,14 +29,68 @@ def test_pretrained_checkpoint_keeps_its_own_chat_template(tmp_path):
 
 
 def test_train_runs_a_local_checkpoint_end_to_end(tmp_path, session_cache):
+    """With its own warm start (a few demonstrations in its own chat template), LoRA adapters and activation
+    checkpointing; Lightning's eval-mode warning does not appear."""
     make_checkpoint(tmp_path / "ckpt")
     r = subprocess.run([sys.executable, str(ROOT / "train.py"), "experiment=smoke", f"policy.model={tmp_path}/ckpt",
-                        "policy.warm_start=false", "rl.steps=2", "eval.at_start=false", "generation.max_new_tokens=24",
-                        f"run_dir={tmp_path}/runs", f"logger.tracking_uri=sqlite:///{tmp_path}/ml.db",
+                        "policy.sft_examples=16", "policy.sft_epochs=1", "policy.lora_rank=4",
+                        "policy.gradient_checkpointing=true", "rl.steps=2", "eval.at_start=false",
+                        "generation.max_new_tokens=24", f"run_dir={tmp_path}/runs", f"logger.tracking_uri=sqlite:///{tmp_path}/ml.db",
                         f"task.cache_dir={session_cache}", "trainer.progress_bar=false"],
                        cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
+    assert "warm start: fine-tuning on 16 demonstrations" in r.stdout
+    assert "in eval mode" not in r.stdout + r.stderr
     run_dir = next((tmp_path / "runs").iterdir())
     log = read_log(run_dir / "executions.sqlite")
     assert {row["meta"]["purpose"] for row in log} == {"train", "eval"}  # it generated, was judged, evaluated
-    assert (run_dir / "checkpoints" / "last.ckpt").exists()
+    ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    base = AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt").state_dict()
+    lora = {k for k in ckpt["state_dict"] if "lora_" in k}
+    assert lora  # the adapters were trained and checkpointed; the base weights were not touched
+    frozen = {k[len("policy."):].replace(".base_layer", ""): v for k, v in ckpt["state_dict"].items()
+              if k.startswith("policy.") and "lora_" not in k}
+    assert set(frozen) == set(base)
+    assert all(torch.equal(frozen[k], v) for k, v in base.items())
+
+
+def test_a_loaded_checkpoint_is_in_train_mode_on_purpose(tmp_path):
+    """from_pretrained returns eval mode; Lightning would warn "Found N module(s) in eval mode"."""
+    make_checkpoint(tmp_path / "ckpt")
+    model, _ = load_pretrained(str(tmp_path / "ckpt"))
+    assert all(m.training for m in model.modules())
+
+
+def test_lora_trains_only_adapters_and_gradient_checkpointing_keeps_the_gradient(tmp_path):
+    import copy
+
+    import torch
+
+    from wmrl.config import PolicyConfig
+    from wmrl.module import sequence_logprobs
+    from wmrl.policy.model import prepare_for_training
+
+    make_checkpoint(tmp_path / "ckpt")
+    base, tok = load_pretrained(str(tmp_path / "ckpt"))
+    ids = torch.tensor([tok("def build():\n    return RandomForestClassifier()\n")["input_ids"]])
+    with torch.no_grad():
+        want = base(input_ids=ids).logits
+    torch.manual_seed(0)
+    plain = prepare_for_training(copy.deepcopy(base), PolicyConfig(lora_rank=4))
+    torch.manual_seed(0)  # the same adapter initialisation
+    ckpt = prepare_for_training(copy.deepcopy(base), PolicyConfig(lora_rank=4, gradient_checkpointing=True))
+    assert type(plain) is type(base)  # still a transformers model: generation and checkpoints unchanged
+    trainable = {n for n, p in plain.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n for n in trainable)
+    with torch.no_grad():
+        torch.testing.assert_close(plain(input_ids=ids).logits, want)  # adapters start as the identity
+    grads = []
+    for model in (plain, ckpt):
+        lp, _ = sequence_logprobs(model, ids, torch.ones_like(ids), 1.0)
+        lp.sum().backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad})
+        assert all(p.grad is None for p in model.parameters() if not p.requires_grad)  # the base stays frozen
+    assert ckpt.is_activation_checkpointing and not plain.is_activation_checkpointing
+    for name, g in grads[0].items():
+        torch.testing.assert_close(grads[1][name], g)
+    assert any(float(g.abs().sum()) > 0 for g in grads[0].values())

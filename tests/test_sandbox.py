@@ -45,6 +45,22 @@ def test_extract_program_prefers_the_python_block():
     assert extract_program("```python\ndef build():\n    return 1") == "def build():\n    return 1\n"  # cut off
 
 
+def test_extract_program_reads_what_instruct_models_write():
+    program = "from sklearn.svm import SVC\n\n\ndef build():\n    return SVC(C=1.0)\n"
+    # prose around a fenced block, and a first block that is not the program
+    text = f"Here is my plan.\n```bash\npip install scikit-learn\n```\nNow:\n```python\nimport numpy as np\n```\n" \
+           f"```python\n{program}```\nThis should work well."
+    assert extract_program(text) == program
+    assert extract_program(f"```\n{program}```") == program  # an unlabeled fence
+    # no fence: prose lines before and after the code are dropped, code lines (even capitalised calls) kept
+    text = f"Sure! Here is a program that uses an SVM:\n\n{program}\nThe scaler is left out on purpose.\n" \
+           "- it is fast\n"
+    assert extract_program(text) == program
+    code = "N = 100\nX = None\n\n\ndef build():\n    return RandomForestClassifier(n_estimators=N)\n"
+    assert extract_program(code) == code  # code without prose is left exactly as written
+    assert precheck(extract_program(f"I chose a forest.\n{code}"))[0] is None
+
+
 @pytest.mark.parametrize("source,status", [
     ("", Status.MALFORMED), ("Here is my plan: use a forest.", Status.MALFORMED),
     ("def build(:\n  pass", Status.SYNTAX_ERROR), ("class A:\n    def build(self): pass", Status.MALFORMED),

@@ -69,6 +69,11 @@ class PolicyConfig:
     sft_batch_size: int = opt(16, "warm start: batch size")
     sft_invalid_rate: float = opt(0.2, "warm start: share of demonstrations with broken programs")
     sft_prompt_mix: float = opt(0.5, "warm start: share of demonstrations whose prompt context comes from another task")
+    lora_rank: int = opt(0, "rank of LoRA adapters (peft) trained instead of every weight; 0 = full fine-tuning")
+    lora_alpha: float = opt(16.0, "LoRA scaling numerator (update scaled by alpha / rank)")
+    lora_dropout: float = opt(0.0, "LoRA dropout (0 keeps the sampled and the trained policy the same function)")
+    lora_targets: List[str] = opt(["q_proj", "k_proj", "v_proj", "o_proj"], "module names LoRA adapts (Qwen2/Llama naming)")
+    gradient_checkpointing: bool = opt(False, "recompute activations in backward: less memory, ~30% more time")
 
 
 @dataclass
@@ -121,7 +126,8 @@ class EnvConfig:
 
 @dataclass
 class WorldModelConfig:
-    init: Optional[str] = opt(None, "path of a fitted world model to start from")
+    kind: str = opt("learned", "learned (ensemble trained on executions) | prompted (a frozen causal LM asked, the paper's)")
+    init: Optional[str] = opt(None, "learned: path of a fitted world model to start from")
     members: int = opt(4, "bootstrapped ensemble members")
     d_model: int = opt(64, "member width")
     layers: int = opt(2, "member transformer layers")
@@ -132,6 +138,13 @@ class WorldModelConfig:
     batch_size: int = opt(64, "examples per update")
     replay_size: int = opt(4096, "bounded replay of real executions")
     threads: int = opt(1, "torch threads while the WM predicts or trains (tiny matmuls: 1 is fastest); 0 = leave as is")
+    model: Optional[str] = opt(None, "prompted: Hugging Face id or local path of the frozen LM; null = policy.model")
+    mode: str = opt("generate", "prompted: generate (a JSON answer, parsed strictly) | score (likelihood of each answer)")
+    backend: str = opt("hf", "prompted: hf (transformers, CPU or GPU) | vllm (GPU, optional extra)")
+    quality_buckets: int = opt(5, "prompted: leaderboard position is asked as one of this many equal buckets")
+    max_new_tokens: int = opt(64, "prompted, generate: longest answer, tokens")
+    prompt_tokens: int = opt(1024, "prompted: longest prompt, tokens (the program's tail and oldest history cut first)")
+    predict_batch: int = opt(8, "prompted: queries per forward pass")
 
 
 @dataclass
@@ -315,6 +328,9 @@ CHOICES = {
     "sandbox.isolation": ("auto", "bwrap", "unshare", "none"),
     "policy.arch": ("qwen2", "llama"),
     "generation.backend": ("hf", "vllm"),
+    "world_model.kind": ("learned", "prompted"),
+    "world_model.mode": ("generate", "score"),
+    "world_model.backend": ("hf", "vllm"),
     "rl.loss": ("grpo", "dr_grpo"),
     "rl.scale_rewards": ("group", "batch", "none"),
     "env.mode": ("sandbox", "wm"),
@@ -341,6 +357,13 @@ def _check_choices(cfg: DictConfig) -> None:
             raise ConfigError(f"{key} must be in [0, 1]; got {OmegaConf.select(cfg, key)}")
     if cfg.env.anchor_rate_min > cfg.env.anchor_rate_max:
         raise ConfigError(f"env.anchor_rate_min ({cfg.env.anchor_rate_min}) > env.anchor_rate_max ({cfg.env.anchor_rate_max})")
+    if cfg.world_model.kind == "prompted" and not (cfg.world_model.model or cfg.policy.model):
+        raise ConfigError("world_model.kind=prompted needs a checkpoint: world_model.model=PATH (or policy.model=PATH)")
+    if cfg.world_model.quality_buckets < 2:
+        raise ConfigError(f"world_model.quality_buckets must be >= 2; got {cfg.world_model.quality_buckets}")
+    if cfg.policy.lora_rank > 0 and cfg.generation.backend == "vllm":
+        # the engine loads plain weights; adapters would need merging before every sync
+        raise ConfigError("policy.lora_rank > 0 is not supported with generation.backend=vllm yet")
     for key in ("rollout.groups_per_step", "rollout.group_size", "rollout.turns", "rl.steps", "rl.updates_per_batch"):
         if OmegaConf.select(cfg, key) < 1:
             raise ConfigError(f"config key {key!r} must be >= 1; got {OmegaConf.select(cfg, key)}")

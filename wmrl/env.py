@@ -32,6 +32,8 @@ class EnvTimes:
     executions: int = 0
     slot_s: float = 0.0
     infra_errors: int = 0
+    wm_answers: int = 0  # programs a language-model world model answered (not decided by the checks)
+    wm_malformed: int = 0  # of those, answers that did not parse
 
 
 def choose_anchors(n_groups: int, rate: float, rng: random.Random) -> list[bool]:
@@ -91,7 +93,7 @@ class Environment:
             future = self.execute([items[i] for i in real_idx], split)
         if wm_idx:  # the world model predicts while the sandbox executes
             t1 = time.perf_counter()
-            self._predict([items[i] for i in wm_idx], [out[i] for i in wm_idx])
+            self._predict([items[i] for i in wm_idx], [out[i] for i in wm_idx], times)
             times.wm_s += time.perf_counter() - t1
         if real_idx:
             outcomes = self.collect(future, times)
@@ -116,13 +118,16 @@ class Environment:
             times.infra_errors += o.status is Status.INFRA_ERROR
         return outcomes
 
-    def _predict(self, items: Sequence[TurnItem], out: Sequence[Judgement]) -> None:
+    def _predict(self, items: Sequence[TurnItem], out: Sequence[Judgement], times: EnvTimes) -> None:
         queries = []
         for item in items:
             task = self.suite.get(item.task)
             queries.append(WMQuery(task=task.name, descriptor=task.descriptor(), program=item.program,
                                    history=item.history, metric=task.metric))
         pred = self.wm.predict(queries)
+        if pred.malformed is not None:
+            times.wm_answers += int((~pred.prechecked).sum()) if pred.prechecked is not None else len(queries)
+            times.wm_malformed += int(pred.malformed.sum())
         for k, (item, j) in enumerate(zip(items, out)):
             j.wm_reward, j.wm_var = float(pred.reward_mean[k]), float(pred.reward_var[k])
             predicted = pred.outcome(k)

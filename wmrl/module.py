@@ -22,7 +22,7 @@ from wmrl.tracking import log_metrics
 
 def sequence_logprobs(model, input_ids, attention_mask, temperature: float, with_entropy_mask=None):
     """log π(token_t | tokens_<t) at every position t ≥ 1 (position 0 gets 0), aligned with input_ids."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float() / temperature
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits[:, :-1].float() / temperature
     lp = torch.log_softmax(logits, dim=-1).gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
     lp = torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
     entropy = None
@@ -46,7 +46,9 @@ class WMRLModule(L.LightningModule):
         self.rl_step = 0  # RL steps trained (one per rollout batch, whatever the optimizer did)
 
     def configure_optimizers(self):
-        opt = torch.optim.AdamW(self.policy.parameters(), lr=self.rl.lr, weight_decay=self.rl.weight_decay)
+        # only what trains: every weight, or the LoRA adapters (policy.lora_rank)
+        opt = torch.optim.AdamW([p for p in self.policy.parameters() if p.requires_grad], lr=self.rl.lr,
+                                weight_decay=self.rl.weight_decay)
         warmup = self.rl.lr_warmup_steps
         if warmup <= 0:
             return opt

@@ -45,18 +45,19 @@ def tokenizer_corpus(tasks: list, seed: int, n_programs: int = 3000) -> list[str
 
 def build_policy_and_tokenizer(cfg: DictConfig, tasks: list, cache_dir: Path, progress: bool):
     from wmrl.policy.chat import ChatFormat
-    from wmrl.policy.model import build_policy, load_pretrained
+    from wmrl.policy.model import build_policy, checkpoint_fingerprint, load_pretrained, prepare_for_training
     from wmrl.policy.tokenizer import cached_tokenizer
     from wmrl.policy.warmstart import warm_start, warm_start_key
 
     if cfg.policy.model:
         policy, tok = load_pretrained(cfg.policy.model)
-        key_tok = cfg.policy.model
+        key_tok = checkpoint_fingerprint(cfg.policy.model)
     else:
         tok = cached_tokenizer(tokenizer_corpus(tasks, cfg.seed), cfg.policy.vocab_size, cache_dir)
         torch.manual_seed(cfg.seed)
         policy = build_policy(cfg.policy, len(tok), tok.pad_token_id, tok.eos_token_id)
         key_tok = json.dumps(tok.get_vocab(), sort_keys=True)[:100000]
+    policy = prepare_for_training(policy, cfg.policy)
     chat = ChatFormat(tok)
     info = {"warm_start": False}
     if cfg.policy.warm_start:
@@ -136,7 +137,7 @@ def build(cfg: DictConfig, run_dir: Path, suite, wrap_world_model: Callable[[Wor
     if cfg.env.mode == "wm":
         from wmrl.world_model import make_world_model
 
-        world_model = make_world_model(cfg.world_model, seed=cfg.seed)
+        world_model = make_world_model(cfg.world_model, seed=cfg.seed, base_model=cfg.policy.model)
         if wrap_world_model is not None:
             world_model = wrap_world_model(world_model)
     sandbox = make_sandbox(cfg.sandbox, log_path=run_dir / "executions.sqlite")

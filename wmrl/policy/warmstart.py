@@ -102,7 +102,7 @@ class SFTModule(L.LightningModule):
 
     def training_step(self, batch, batch_idx):
         ids, attn, mask = batch
-        logits = self.policy(input_ids=ids, attention_mask=attn).logits[:, :-1]
+        logits = self.policy(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1]
         nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none")
         m = mask[:, 1:].reshape(-1)
         loss = (nll * m).sum() / m.sum().clamp_min(1)
@@ -110,7 +110,7 @@ class SFTModule(L.LightningModule):
         return loss
 
     def configure_optimizers(self):
-        opt = torch.optim.AdamW(self.policy.parameters(), lr=self.lr)
+        opt = torch.optim.AdamW([p for p in self.policy.parameters() if p.requires_grad], lr=self.lr)
         warmup = max(1, self.total_steps // 10)  # linear warm-up, then linear decay to 10%
         ramp = lambda s: min((s + 1) / warmup, max(0.1, 1 - (s - warmup) / max(1, self.total_steps - warmup)))
         sched = torch.optim.lr_scheduler.LambdaLR(opt, ramp)

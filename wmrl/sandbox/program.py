@@ -17,10 +17,30 @@ _ANY_FENCE = re.compile(r"```[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
 _BUILD_DEF = re.compile(r"^\s*(?:async\s+)?def\s+build\b", re.MULTILINE)
 
 
+# A line of prose, not code: a capitalised word then another word ("Here is", "This uses", "I chose"),
+# or a markdown bullet. Python statements do not start so (a class name is followed by "(" or ".").
+_PROSE = re.compile(r"^(?:[A-Z][A-Za-z']*[,:!.]?[ \t]+[A-Za-z(\"']|[-*][ \t]|\d+[.)][ \t])")
+
+
 def extract_program(completion: str) -> str:
-    """The program in a completion: the first ```python fenced block if any, else the whole text."""
-    match = _PY_FENCE.search(completion) or _ANY_FENCE.search(completion)
-    return match.group(1).strip("\n") + "\n" if match else completion
+    """The program in a completion, as instruct models write it: the first fenced ```python block that
+    defines `build` (else the first ```python block, else the first plain fence); without a fence, the
+    text less the prose lines before and after the code; else the whole text."""
+    for fence in (_PY_FENCE, _ANY_FENCE):
+        blocks = [m.group(1) for m in fence.finditer(completion)]
+        if blocks:
+            block = next((b for b in blocks if _BUILD_DEF.search(b)), blocks[0])
+            return block.strip("\n") + "\n"
+    lines = completion.split("\n")
+    start, end = 0, len(lines)
+    while start < end and (not lines[start].strip() or _PROSE.match(lines[start])):
+        start += 1
+    while end > start and (not lines[end - 1].strip() or _PROSE.match(lines[end - 1])):
+        end -= 1
+    prose = [line for line in lines[:start] + lines[end:] if line.strip()]
+    if prose and start < end:
+        return "\n".join(lines[start:end]) + "\n"
+    return completion
 
 
 def precheck(source: str) -> tuple[Status | None, str]:

@@ -4,6 +4,7 @@ from wmrl.world_model.base import WMPrediction, WMQuery, WorldModel, reward_mome
 from wmrl.world_model.ensemble import LearnedEnsembleWM
 from wmrl.world_model.factory import load_world_model, make_world_model
 from wmrl.world_model.fidelity import fidelity_metrics, reward_fidelity
+from wmrl.world_model.prompted import PromptedLMWM
 
-__all__ = ["WMPrediction", "WMQuery", "WorldModel", "LearnedEnsembleWM", "make_world_model", "load_world_model",
+__all__ = ["WMPrediction", "WMQuery", "WorldModel", "LearnedEnsembleWM", "PromptedLMWM", "make_world_model", "load_world_model",
            "fidelity_metrics", "reward_fidelity", "precheck", "reward_moments"]

@@ -1,9 +1,8 @@
 """What every world model offers: predict outcomes of programs, learn from real executions.
 
 A world model answers a batch of `WMQuery`s with one `WMPrediction` (tensors over the batch).
-Implementations: `LearnedEnsembleWM` (ensemble.py); a prompted-LM world model (the frozen base
-LLM answering in JSON) fits the same protocol: it fills `status_probs` from its stated status and
-confidence, `pos_mean/pos_std` from its quality bucket, and may leave `update` a no-op.
+Implementations: `LearnedEnsembleWM` (ensemble.py) and `PromptedLMWM` (prompted.py: the frozen base
+LLM answering in JSON, or scored answer by answer), whose `update` trains nothing.
 """
 from __future__ import annotations
 
@@ -64,6 +63,7 @@ class WMPrediction:
     metrics: list[str] = field(default_factory=list)  # metric names, per query
     prechecked: torch.Tensor | None = None  # [B] bool; status decided by the deterministic check
     errors: list[str] = field(default_factory=list)  # predicted error line per query ("" for none), as stderr shows it
+    malformed: torch.Tensor | None = None  # [B] bool: an LM's answer could not be parsed (None: no answers parsed)
 
     def __len__(self) -> int:
         return int(self.reward_mean.shape[0])

@@ -24,7 +24,7 @@ from wmrl.sandbox.program import precheck  # the sandbox's own rule: the world m
 from wmrl.world_model.base import (N_STATUS, VALID_INDEX, WMPrediction, WMQuery, prechecked_prediction,
                                    reward_moments)
 from wmrl.world_model.model import EnsembleEncoder
-from wmrl.world_model.static import static_check
+from wmrl.world_model.static import decided_status
 from wmrl.world_model.tokenizer import PAD, chunk, load_tokenizer
 
 DESCRIPTOR_TOKENS = 48  # tokens of the task descriptor (averaged into one position)
@@ -181,9 +181,7 @@ class LearnedEnsembleWM:
         decided = torch.zeros(b, dtype=torch.bool)
         errors = [""] * b
         for i, q in enumerate(queries):
-            status, detail = precheck(q.program)
-            if status is None:
-                status, detail = static_check(q.program)  # undefined names, imports that cannot resolve
+            status, detail = decided_status(q.program)  # syntax, malformed, undefined names, unresolvable imports
             if status is not None:  # syntax error / malformed / certain runtime error: exact, zero variance
                 probs[i], reward_mean[i] = prechecked_prediction(status)
                 decided[i], errors[i] = True, error_line(detail)

@@ -8,9 +8,10 @@ import torch
 
 from wmrl.world_model.base import WorldModel
 from wmrl.world_model.ensemble import LearnedEnsembleWM, world_model_config
+from wmrl.world_model.prompted import PromptedLMWM
 
-# kind -> class; a prompted-LM world model registers here as e.g. "prompted_lm"
-WORLD_MODELS = {LearnedEnsembleWM.kind: LearnedEnsembleWM}
+# the `kind` a saved state records -> its class
+WORLD_MODELS = {LearnedEnsembleWM.kind: LearnedEnsembleWM, PromptedLMWM.kind: PromptedLMWM}
 
 
 def load_world_model(path: str, wm_cfg: Any = None) -> WorldModel:
@@ -25,10 +26,13 @@ def load_world_model(path: str, wm_cfg: Any = None) -> WorldModel:
     return WORLD_MODELS[kind].from_state(state, overrides)
 
 
-def make_world_model(wm_cfg: Any, seed: int) -> WorldModel:
-    """A fresh learned ensemble from `wm_cfg` (its initial weights a function of `seed`), or the saved
-    model at `wm_cfg.init`."""
+def make_world_model(wm_cfg: Any, seed: int, base_model: str | None = None) -> WorldModel:
+    """`world_model.kind=learned`: a fresh learned ensemble from `wm_cfg` (its initial weights a function of
+    `seed`), or the saved model at `wm_cfg.init`. `kind=prompted`: the frozen LM at `wm_cfg.model`, else at
+    `base_model` (the policy's own checkpoint, loaded apart from the policy so that it stays frozen)."""
     cfg = world_model_config(wm_cfg)
+    if cfg.kind == "prompted":
+        return PromptedLMWM.from_config(cfg, base_model)
     if cfg.init:
         return load_world_model(cfg.init, cfg)
     return LearnedEnsembleWM(cfg, seed=seed)

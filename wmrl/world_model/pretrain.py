@@ -51,6 +51,8 @@ def pretrain(cfg, per_task: int = 24, epochs: int = 20, logs: list[str] = (), se
     from wmrl.world_model.factory import make_world_model
 
     seed = cfg.seed if seed is None else seed
+    if cfg.world_model.kind != "learned":
+        raise ValueError(f"pretrain fits a learned world model; world_model.kind={cfg.world_model.kind} is frozen")
     suite = load_suite(cfg.task)
     tasks = suite.train_tasks()
     train_names = {t.name for t in tasks}

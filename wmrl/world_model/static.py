@@ -14,6 +14,7 @@ import warnings
 from functools import lru_cache
 
 from wmrl.outcome import Status
+from wmrl.sandbox.program import precheck
 
 # Modules whose attributes may be looked up on the host: importing them has no side effects.
 # Anything else is left to the model (importing an arbitrary module named by agent code is not safe).
@@ -83,3 +84,12 @@ def static_check(source: str) -> tuple[Status | None, str]:
             if sym.is_referenced() and sym.is_global() and name not in defined and name not in _BUILTINS:
                 return Status.RUNTIME_ERROR, f"NameError: name {name!r} is not defined"
     return None, ""
+
+
+def decided_status(source: str) -> tuple[Status | None, str]:
+    """(status, detail) of a program whose outcome needs no model: the sandbox's own pre-check (syntax,
+    malformed), then the static checks above; (None, "") when a model must predict it."""
+    status, detail = precheck(source)
+    if status is None:
+        status, detail = static_check(source)
+    return status, detail
