@@ -10,6 +10,7 @@ class IrisTask:
     """Iris classification, accuracy metric; judge validates shape/finiteness like a real task."""
 
     metric = "accuracy"
+    interface, method = "estimator", "predict"
 
     def __init__(self, name: str = "iris", time_limit_s: float = 3.0):
         from sklearn.datasets import load_iris
@@ -48,6 +49,7 @@ class SyntheticTask:
     """A classification task made on the fly, `n` rows of `d` features; inputs differ per seed."""
 
     metric = "accuracy"
+    interface, method = "estimator", "predict"
 
     def __init__(self, name: str, n: int = 2000, d: int = 20, seed: int = 0, time_limit_s: float = 10.0,
                  fill: float | None = None):

@@ -13,7 +13,7 @@ class ExecRequest:
     """One program to run on one task split. `meta` holds free-form tags (step, group,
     trajectory ids...) recorded with the execution in the log."""
 
-    task: Any  # a wmrl.tasks Task: name, time_limit_s, inputs(split), fingerprint(), judge(raw, split)
+    task: Any  # a wmrl.tasks Task: name, time_limit_s, interface, method, inputs(split), fingerprint(), judge(raw, split)
     program: str
     split: str = "val"
     meta: dict = field(default_factory=dict)

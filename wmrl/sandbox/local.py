@@ -214,7 +214,7 @@ class LocalSandbox:
         if not requests:
             batch.future.set_result([])
         for i, req in enumerate(requests):
-            status, detail = precheck(req.program)
+            status, detail = precheck(req.program, req.task.interface)
             if status is not None:  # costs no slot: decided by parsing alone
                 outcome = Outcome(task=req.task.name, status=status, reward=ladder_reward(status),
                                   stderr_tail=detail, split=req.split, attempts=0)
@@ -324,10 +324,13 @@ class LocalSandbox:
                     self._check_seccomp(worker)
                 if self._before_attempt is not None:
                     self._before_attempt(worker, attempt)
-                header = {"op": "run", "key": key, "source": req.program, "limits": limits}
+                header = {"op": "run", "key": key, "source": req.program, "limits": limits,
+                          "interface": req.task.interface, "method": req.task.method}
                 reply, blobs = worker.request(header, [], time.monotonic() + limit + ANSWER_MARGIN_S)
                 if reply.get("op") == "need_data":
-                    ok, _ = worker.request({"op": "data", "key": key}, blobs_fn(), time.monotonic() + STARTUP_S)
+                    names, data = blobs_fn()
+                    ok, _ = worker.request({"op": "data", "key": key, "names": names}, data,
+                                           time.monotonic() + STARTUP_S)
                     if ok.get("op") != "ok":
                         raise WorkerLost(f"worker {worker.slot} refused the task data: {ok}")
                     reply, blobs = worker.request(header, [], time.monotonic() + limit + ANSWER_MARGIN_S)
@@ -346,7 +349,7 @@ class LocalSandbox:
         if reply is None:
             raw = RawResult(Status.INFRA_ERROR, wall_s=wall_s, detail="; ".join(lost)[-1000:])
         else:
-            raw = self._raw_result(reply, blobs, wall_s)
+            raw = self._raw_result(reply, blobs, wall_s, script=req.task.interface == "script")
             if raw.status is Status.RUNTIME_ERROR and self.cgroups is not None and \
                     self.cgroups.oom_kills(worker.slot) > oom_before:
                 raw.detail += "; the slot's memory limit was reached"
@@ -356,11 +359,13 @@ class LocalSandbox:
         extra = {"detail": raw.detail, "stdout_tail": (reply or {}).get("stdout_tail", "")}
         return outcome, extra
 
-    def _raw_result(self, reply: dict, blobs: list[bytes], wall_s: float) -> RawResult:
+    def _raw_result(self, reply: dict, blobs: list[bytes], wall_s: float, script: bool = False) -> RawResult:
         status = SANDBOX_STATUSES.get(reply.get("status"), Status.RUNTIME_ERROR)
         detail = str(reply.get("detail", ""))
         predictions = None
-        if status is Status.VALID:
+        if status is Status.VALID and script:  # the submission file's bytes: the task parses and grades them
+            predictions = blobs[0] if blobs else b""
+        elif status is Status.VALID:
             predictions, why = parse_predictions(blobs[0] if blobs else b"", self.prediction_cap_mb << 20)
             if predictions is None:
                 status, detail = Status.NO_VALID_OUTPUT, why
@@ -384,20 +389,22 @@ class LocalSandbox:
             outcome.stderr_tail = raw.stderr_tail
         return outcome
 
-    def _task_data(self, req: ExecRequest) -> tuple[str, Callable[[], list[bytes]]]:
-        """The cache key of the task's arrays and a function serializing them (once per host)."""
+    def _task_data(self, req: ExecRequest) -> tuple[str, Callable[[], tuple[list[str] | None, list[bytes]]]]:
+        """The cache key of the task's inputs and a function serializing them (once per host):
+        (None, [X_train, y_train, X_eval] as .npy or Parquet) for an estimator task,
+        (file names, file bytes) for a script task."""
         key = f"{req.task.name}:{req.task.fingerprint()}:{req.split}"
 
-        def blobs() -> list[bytes]:
+        def blobs() -> tuple[list[str] | None, list[bytes]]:
             with self._data_lock:
                 if key in self._data:
                     self._data.move_to_end(key)
                     return self._data[key]
-            out = []
-            for arr in req.task.inputs(req.split):
-                buf = io.BytesIO()
-                np.save(buf, np.asarray(arr), allow_pickle=False)
-                out.append(buf.getvalue())
+            inputs = req.task.inputs(req.split)
+            if isinstance(inputs, dict):
+                out = (sorted(inputs), [inputs[name] for name in sorted(inputs)])
+            else:
+                out = (None, [_serialize(x) for x in inputs])
             with self._data_lock:
                 self._data[key] = out
                 while len(self._data) > 16:
@@ -414,6 +421,17 @@ class LocalSandbox:
         except Exception:
             fp = None
         self._log.append(outcome, req.program, req.meta, fingerprint=fp, stdout_tail=stdout_tail, detail=detail)
+
+
+def _serialize(x: Any) -> bytes:
+    """.npy for arrays, Parquet for DataFrames (names and dtypes kept); neither needs pickle to load."""
+    if not isinstance(x, np.ndarray) and hasattr(x, "to_parquet"):
+        buf = io.BytesIO()
+        x.to_parquet(buf, index=False)
+        return buf.getvalue()
+    buf = io.BytesIO()
+    np.save(buf, np.asarray(x), allow_pickle=False)
+    return buf.getvalue()
 
 
 UID_BLOCK = 256  # uids reserved per sandbox: slots beyond this are not supported
