@@ -24,7 +24,8 @@ from wmrl.outcome import Outcome, Status, render_observation
 from wmrl.policy import grammar
 
 _BROKEN_STATUS = {"syntax": Status.SYNTAX_ERROR, "no_build": Status.MALFORMED, "bad_param": Status.RUNTIME_ERROR,
-                  "returns_none": Status.NO_VALID_OUTPUT}
+                  "returns_none": Status.NO_VALID_OUTPUT, "no_submission": Status.NO_VALID_OUTPUT,
+                  "wrong_rows": Status.NO_VALID_OUTPUT}
 
 
 def _feedback(sample: grammar.Sample, task, rng: random.Random) -> str:
@@ -49,7 +50,7 @@ def demonstrations(tasks: list, chat, n: int, turns: int, broken_rate: float, se
         ids = list(prompts[task.name])
         mask = [0.0] * len(ids)
         for turn in range(turns):
-            sample = grammar.sample_program(task.kind, rng, broken_rate)
+            sample = grammar.sample_for(task, rng, broken_rate)
             prog = chat.tok(sample.source, add_special_tokens=False)["input_ids"] + [eos]
             ids += prog
             mask += [1.0] * len(prog)

@@ -10,13 +10,14 @@ from typing import TYPE_CHECKING, Optional, Tuple
 
 import numpy as np
 
+from wmrl.config import TaskConfig
 from wmrl.tasks.spec import TaskError
 
 if TYPE_CHECKING:
     import pandas as pd
 
 TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
-DEFAULT_MAX_MB = 256  # TaskConfig.max_data_mb is the one user-facing default; this is for direct callers
+DEFAULT_MAX_MB = TaskConfig.max_data_mb  # for callers without a config (the schema holds the default)
 
 
 def is_table(path: str) -> bool:

@@ -28,7 +28,7 @@ def corpus_programs(tasks: list, per_task: int, broken_rate: float, seed: int) -
     from wmrl.policy import grammar
 
     rng = random.Random(seed)
-    return [(task, grammar.sample_program(task.kind, rng, broken_rate).source) for task in tasks for _ in range(per_task)]
+    return [(task, grammar.sample_for(task, rng, broken_rate).source) for task in tasks for _ in range(per_task)]
 
 
 def cache_key(cfg, tasks: list, per_task: int, epochs: int, logs: list[str], seed: int) -> str:
