@@ -503,7 +503,7 @@ def build():
     buf = io.BytesIO()
     np.lib.format.write_array(buf, np.zeros(50, dtype=np.int64), allow_pickle=False)
     forge({"status": "valid", "detail": "", "fit_s": -1e300, "predict_s": float("nan")}, buf.getvalue())
-""", ("valid", "runtime_error"))
+""", ("valid", "runtime_error") if task.interface == "estimator" else ("runtime_error", "no_valid_output"))
     assert out.fit_s is None or (math.isfinite(out.fit_s) and 0 <= out.fit_s <= out.wall_s)
     assert out.predict_s is None or (math.isfinite(out.predict_s) and 0 <= out.predict_s <= out.wall_s)
 

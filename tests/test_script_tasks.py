@@ -2,6 +2,7 @@
 the host grades the file against answers the sandbox never sees; `python -m wmrl.tasks import`."""
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -191,3 +192,36 @@ def test_import_refuses_a_folder_without_answers(tmp_path, loan):
     with pytest.raises(TaskError, match="private"):
         import_folder(comp, config(tmp_path / "cache"), {"kind": "classification"})
     assert not (tmp_path / "cache" / "tasks" / "my-competition").exists()
+
+
+def test_private_task_files_outside_covered_places_are_hidden_in_unshare_mode(tmp_path):
+    """unshare shows the host tree: a user's table or task folder elsewhere (here /var/cache) is hidden
+    because the suite names it private; bwrap never mounts it."""
+    import tempfile
+
+    from wmrl.sandbox import isolation
+    from wmrl.sandbox.local import LocalSandbox
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_tabular_tasks import write_penguins, write_task
+
+    if not isolation.available("unshare")[0] or not os.access("/var/cache", os.W_OK):
+        pytest.skip("needs unshare and a writable /var/cache")
+    d = Path(tempfile.mkdtemp(prefix="wmrl-test-", dir="/var/cache"))
+    try:
+        d.chmod(0o755)  # readable by anyone, as a user's data folder usually is
+        csv = write_penguins(d / "penguins.csv")
+        suite = load_suite(config(tmp_path / "cache", files=[str(write_task(d))]))
+        task = suite.get("penguins")
+        assert str(csv.resolve()) in suite.private_paths()
+        probe = f"""
+import os
+def build():
+    p = {str(csv)!r}
+    raise RuntimeError("readable: " + repr(os.path.exists(p) and os.path.getsize(p) > 0))
+"""
+        with LocalSandbox(SandboxConfig(slots=1, isolation="unshare"), private_paths=suite.private_paths()) as sb:
+            [out] = sb.run([ExecRequest(task, probe)])
+        assert "readable: False" in out.stderr_tail, out.stderr_tail[-500:]
+    finally:
+        shutil.rmtree(d, ignore_errors=True)

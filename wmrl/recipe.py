@@ -143,7 +143,7 @@ def build(cfg: DictConfig, run_dir: Path, suite, wrap_world_model: Callable[[Wor
         world_model = make_world_model(cfg.world_model, seed=cfg.seed)
         if wrap_world_model is not None:
             world_model = wrap_world_model(world_model)
-    sandbox = make_sandbox(cfg.sandbox, log_path=run_dir / "executions.sqlite")
+    sandbox = make_sandbox(cfg.sandbox, log_path=run_dir / "executions.sqlite", private_paths=suite.private_paths())
 
     # the step's path: rollout (environment, generator) -> corrections -> policy update -> world model
     debiaser, callbacks = correction_callbacks(cfg.callbacks)

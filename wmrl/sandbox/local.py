@@ -53,12 +53,14 @@ class WorkerLost(Exception):
 class _Worker:
     """One slot: a zygote process inside the isolation, spoken to over its stdin/stdout."""
 
-    def __init__(self, slot: int, uid: int, mode: str, scratch_mb: int, cgroups: SlotCgroups | None):
+    def __init__(self, slot: int, uid: int, mode: str, scratch_mb: int, cgroups: SlotCgroups | None,
+                 private_paths: tuple[str, ...] = ()):
         self.slot = slot
         self.uid = uid
         self.mode = mode
         self.scratch_mb = scratch_mb
         self.cgroups = cgroups
+        self.private_paths = private_paths
         self.proc: subprocess.Popen | None = None
         self.seccomp = ""  # "on", or why the worker runs without its filter
         self._stderr = None
@@ -70,7 +72,8 @@ class _Worker:
     def start(self) -> None:
         self.stop()
         drop_uid = os.geteuid() == 0
-        argv = isolation.command(self.mode, {"uid": self.uid, "drop_uid": drop_uid}, scratch_mb=self.scratch_mb)
+        argv = isolation.command(self.mode, {"uid": self.uid, "drop_uid": drop_uid}, scratch_mb=self.scratch_mb,
+                                 private_paths=self.private_paths)
         if self.cgroups is not None:
             argv = self.cgroups.wrap(self.slot, argv)
         self._stderr = tempfile.TemporaryFile()
@@ -170,7 +173,10 @@ class _Batch:
 class LocalSandbox:
     """Warm pool of `slots` isolated workers on this machine; implements the Sandbox protocol."""
 
-    def __init__(self, cfg: SandboxConfig | Any, log_path: str | os.PathLike | None = None):
+    def __init__(self, cfg: SandboxConfig | Any, log_path: str | os.PathLike | None = None,
+                 private_paths: Sequence[str] = ()):
+        """`private_paths`: host files and folders holding task data or answers (`TaskSuite.private_paths()`),
+        hidden from programs wherever the isolation would otherwise show them."""
         self.cfg = cfg
         self.slots = int(cfg.slots) or os.cpu_count() or 1
         self.isolation = isolation.choose(cfg.isolation)
@@ -195,7 +201,8 @@ class LocalSandbox:
         self.uids = [uid_base + k for k in range(self.slots)]  # one private uid per slot, machine-wide unique
         self.cgroups = self._make_cgroups(str(cfg.cgroups), f"wmrl-sandbox-{uid_base}", float(cfg.cpus_per_slot),
                                           int(cfg.worker_memory_mb))
-        self._workers = [_Worker(k, self.uids[k], self.isolation, self.scratch_mb, self.cgroups)
+        self._workers = [_Worker(k, self.uids[k], self.isolation, self.scratch_mb, self.cgroups,
+                                 tuple(str(p) for p in private_paths))
                          for k in range(self.slots)]
         self._seccomp_warned = False
         # Each worker is started and served by its own long-lived thread: bwrap's

@@ -43,6 +43,10 @@ class TaskSuite:
     def eval_tasks(self) -> List[Task]:
         return [self._tasks[n] for n in self._eval]
 
+    def private_paths(self) -> List[str]:
+        """Host paths holding task data or answers, which the sandbox must hide from programs."""
+        return sorted({p for task in self for p in task.private_paths()})
+
     def __iter__(self):
         return iter(self._tasks.values())
 

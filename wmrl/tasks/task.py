@@ -61,6 +61,11 @@ class Task:
         s = self.splits()
         return (s.X_val, s.y_val) if split == "val" else (s.X_test, s.y_test)
 
+    def private_paths(self) -> List[str]:
+        """Files behind this task (a user's table holds every label) and the host cache (the secret)."""
+        files = [f for f in (self.spec.data, self.spec.test_data) if f and ":" not in f]
+        return [*files, str(self.cache_dir)]
+
     def fingerprint(self) -> str:
         """Hash of what may enter the sandbox (no hidden labels), to cache arrays per task."""
         if self._fingerprint is None:

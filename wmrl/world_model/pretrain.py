@@ -64,7 +64,8 @@ def pretrain(cfg, per_task: int = 24, epochs: int = 20, logs: list[str] = (), se
     programs = corpus_programs(tasks, per_task, cfg.policy.sft_invalid_rate, seed)
     from wmrl.sandbox import ExecRequest
 
-    with make_sandbox(cfg.sandbox, log_path=folder / f"{key}.executions.sqlite") as sandbox:
+    with make_sandbox(cfg.sandbox, log_path=folder / f"{key}.executions.sqlite",
+                      private_paths=suite.private_paths()) as sandbox:
         outcomes = sandbox.run([ExecRequest(task, src, "val", {"purpose": "wm_pretrain"}) for task, src in programs])
     examples, last_obs = [], {}
     for (task, src), outcome in zip(programs, outcomes):
