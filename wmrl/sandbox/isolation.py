@@ -34,7 +34,7 @@ def python_roots() -> list[str]:
     """Directories the sandboxed interpreter needs: its prefixes (a venv and the interpreter it was
     made from) and the scientific packages."""
     roots = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
-    for mod in ("numpy", "scipy", "sklearn", "pandas", "joblib", "threadpoolctl", "pyseccomp"):
+    for mod in ("numpy", "scipy", "sklearn", "pandas", "pyarrow", "joblib", "threadpoolctl", "pyseccomp"):
         spec = importlib.util.find_spec(mod)
         if spec and spec.origin:
             roots.add(os.path.realpath(Path(spec.origin).parent.parent))
