@@ -225,3 +225,30 @@ def build():
         assert "readable: False" in out.stderr_tail, out.stderr_tail[-500:]
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+def test_multiclass_probabilities_are_graded_per_class_column(tmp_path):
+    """Kaggle-style log loss: one probability column per class, in any order, matched by label."""
+    import pandas as pd
+    from sklearn.datasets import load_iris
+
+    from wmrl.tasks.generated import write_folder
+    from wmrl.tasks.script import ScriptTask
+    from wmrl.tasks.spec import TaskSpec
+
+    X, y = load_iris(return_X_y=True)
+    names = np.array(["setosa", "versicolor", "virginica"])[y]
+    df = pd.DataFrame(X, columns=["a", "b", "c", "d"]).assign(id=np.arange(150), species=names)
+    idx = np.random.default_rng(1).permutation(150)
+    train, test = df.iloc[idx[:100]], df.iloc[idx[100:]]
+    sample = test[["id"]].assign(virginica=1 / 3, setosa=1 / 3, versicolor=1 / 3)  # not in label order
+    write_folder(tmp_path / "f", train, test.drop(columns=["species"]), test[["id", "species"]], sample, "iris",
+                 {"name": "iris_ll"})
+    task = ScriptTask(TaskSpec("iris_ll", str(tmp_path / "f"), "classification", "neg_log_loss", 5.0,
+                               interface="script", target="species", id_column="id"), SECRET, tmp_path / "cache")
+    onehot = pd.get_dummies(test.set_index("id")["species"]).astype(float)
+    perfect = sample.set_index("id").assign(**{c: onehot[c] for c in onehot}).reset_index().to_csv(index=False)
+    out = task.judge(RawResult(Status.VALID, predictions=perfect.encode()), "val")
+    assert out.status is Status.VALID and out.value == pytest.approx(0.0, abs=1e-6)
+    uniform = task.judge(RawResult(Status.VALID, predictions=sample.to_csv(index=False).encode()), "test")
+    assert uniform.value == pytest.approx(-np.log(3), abs=1e-6) and uniform.pos < out.pos

@@ -182,7 +182,8 @@ class Task:
             f"The harness calls build().fit(X_train, y_train), then {self.method}() on {len(s.y_val)} validation rows "
             f"whose labels you never see.\n"
             f"Score: {self.metric} on validation, higher is better, ranked against reference models. "
-            f"Time limit: {self.time_limit_s:g} s for fit and predict. Use only numpy and scikit-learn."
+            f"Time limit: {self.time_limit_s:g} s for fit and predict. "
+            f"Use only numpy{', pandas' if self.tabular() else ''} and scikit-learn."
         )
 
     def descriptor(self) -> str:
