@@ -193,3 +193,24 @@ class CheckColumns(BaseEstimator, TransformerMixin):
             "LogisticRegression(max_iter=500))", "__import__('sklearn.svm').svm.SVC())"))])
     assert good.status is Status.VALID and 0.0 <= good.value <= 1.0 and good.pos is not None, good.stderr_tail
     assert labels_only.status is Status.NO_VALID_OUTPUT and "predict_proba" in labels_only.stderr_tail
+
+
+def test_warm_start_pairs_table_programs_with_table_prompts_only(penguins):
+    """Mixed demonstrations lend context only between prompts of one form: a table program never
+    follows an array prompt, and a script task keeps its own prompt."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_warmstart import _Chat, _prompts
+
+    from wmrl.policy.warmstart import demonstrations
+
+    suite_ = load_suite(TaskConfig(cache_dir=str(penguins.cache_dir), secret_seed=SECRET))
+    tasks = [penguins, suite_.get("wine"), suite_.get("diabetes"), suite_.get("loan_default")]
+    rows = demonstrations(tasks, _Chat(), 120, 1, 0.0, seed=1, prompt_mix=0.5)
+    for prompt, (ids, mask) in zip(_prompts(rows), rows):
+        program = "".join(chr(i) for i, m in zip(ids, mask) if m and i > 2)
+        table_prompt = "pandas DataFrame" in prompt or "./input/" in prompt
+        assert table_prompt == ("make_column_transformer" in program), (prompt[:60], program[:80])
+        if "./input/" in program or "input/train.csv" in program:
+            assert prompt == suite_.get("loan_default").prompt()

@@ -69,6 +69,7 @@ class PolicyConfig:
     sft_lr: float = opt(2e-3, "warm start: learning rate")
     sft_batch_size: int = opt(16, "warm start: batch size")
     sft_invalid_rate: float = opt(0.2, "warm start: share of demonstrations with broken programs")
+    sft_prompt_mix: float = opt(0.5, "warm start: share of demonstrations whose prompt context comes from another task")
 
 
 @dataclass
@@ -335,7 +336,8 @@ def _check_choices(cfg: DictConfig) -> None:
         for k in cfg.callbacks.debias.stratify_by:
             if k not in STRATA_KEYS:
                 raise ConfigError(f"callbacks.debias.stratify_by: unknown stratum {k!r}; valid: {', '.join(STRATA_KEYS)}")
-    for key in ("env.anchor_rate", "env.anchor_rate_min", "env.anchor_rate_max", "env.anchor_floor"):
+    for key in ("env.anchor_rate", "env.anchor_rate_min", "env.anchor_rate_max", "env.anchor_floor", "policy.sft_invalid_rate",
+                "policy.sft_prompt_mix"):
         if not 0.0 <= OmegaConf.select(cfg, key) <= 1.0:
             raise ConfigError(f"{key} must be in [0, 1]; got {OmegaConf.select(cfg, key)}")
     if cfg.env.anchor_rate_min > cfg.env.anchor_rate_max:

@@ -160,7 +160,8 @@ class Task:
         return leaderboard.position(value, self.leaderboard(split))
 
     # --- what agents and the world model read -------------------------------------------
-    def prompt(self) -> str:
+    def prompt_fields(self) -> dict:
+        """What the prompt says, as fields: `render_prompt` joins them (the warm start also mixes them across tasks)."""
         s = self.splits()
         n, d = s.X_train.shape
         if self.kind == "classification":
@@ -170,21 +171,14 @@ class Task:
                 target += f" (codes of {s.classes})"
         else:
             target = f"y_train: float64 target (mean {s.y_train.mean():.3g}, std {s.y_train.std():.3g})"
-        if self.tabular():
-            features = (f"X_train pandas DataFrame of shape ({n}, {d}), columns {tabular.summary(s.X_train)}; "
-                        f"empty cells are NaN")
-        else:
-            features = f"X_train float64 array of shape ({n}, {d}), anonymous numeric features, no missing values"
-        return (
-            f"Task {self.name} ({self.kind}). {self.spec.description}\n"
-            f"Data: {features}; {target}.\n"
-            f"Write Python defining build() that returns an unfitted scikit-learn estimator (a Pipeline is fine). "
-            f"The harness calls build().fit(X_train, y_train), then {self.method}() on {len(s.y_val)} validation rows "
-            f"whose labels you never see.\n"
-            f"Score: {self.metric} on validation, higher is better, ranked against reference models. "
-            f"Time limit: {self.time_limit_s:g} s for fit and predict. "
-            f"Use only numpy{', pandas' if self.tabular() else ''} and scikit-learn."
-        )
+        # a table is described by its columns; arrays by their shape alone
+        columns = tabular.summary(s.X_train) if self.tabular() else ""
+        return {"name": self.name, "kind": self.kind, "description": self.spec.description, "shape": f"({n}, {d})",
+                "target": target, "n_val": len(s.y_val), "metric": self.metric, "time_limit_s": self.time_limit_s,
+                "columns": columns, "method": self.method}
+
+    def prompt(self) -> str:
+        return render_prompt(self.prompt_fields())
 
     def descriptor(self) -> str:
         s = self.splits()
@@ -196,3 +190,21 @@ class Task:
 
     def action_class(self, source: str) -> str:
         return action.action_class(source)
+
+
+def render_prompt(f: dict) -> str:
+    """The task prompt an agent reads, from `Task.prompt_fields`."""
+    if f.get("columns"):
+        data = f"X_train pandas DataFrame of shape {f['shape']}, columns {f['columns']}; empty cells are NaN"
+    else:
+        data = f"X_train float64 array of shape {f['shape']}, anonymous numeric features, no missing values"
+    return (
+        f"Task {f['name']} ({f['kind']}). {f['description']}\n"
+        f"Data: {data}; {f['target']}.\n"
+        f"Write Python defining build() that returns an unfitted scikit-learn estimator (a Pipeline is fine). "
+        f"The harness calls build().fit(X_train, y_train), then {f.get('method', 'predict')}() on {f['n_val']} "
+        f"validation rows whose labels you never see.\n"
+        f"Score: {f['metric']} on validation, higher is better, ranked against reference models. "
+        f"Time limit: {f['time_limit_s']:g} s for fit and predict. "
+        f"Use only numpy{', pandas' if f.get('columns') else ''} and scikit-learn."
+    )
