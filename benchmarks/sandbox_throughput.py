@@ -63,6 +63,8 @@ print(json.dumps({"fit_s": fit_s, "predict_s": predict_s}))
 class SyntheticTask:
     """A classification task made on the fly: no task suite or cache needed to benchmark."""
 
+    interface, method = "estimator", "predict"
+
     def __init__(self, n: int, features: int, name: str):
         from sklearn.datasets import make_classification
 

@@ -10,6 +10,7 @@ class IrisTask:
     """Iris classification, accuracy metric; judge validates shape/finiteness like a real task."""
 
     metric = "accuracy"
+    interface, method = "estimator", "predict"
 
     def __init__(self, name: str = "iris", time_limit_s: float = 3.0):
         from sklearn.datasets import load_iris
@@ -48,6 +49,7 @@ class SyntheticTask:
     """A classification task made on the fly, `n` rows of `d` features; inputs differ per seed."""
 
     metric = "accuracy"
+    interface, method = "estimator", "predict"
 
     def __init__(self, name: str, n: int = 2000, d: int = 20, seed: int = 0, time_limit_s: float = 10.0,
                  fill: float | None = None):
@@ -76,3 +78,38 @@ class SyntheticTask:
                 value = float(np.mean(pred == self._y_eval))
         return Outcome(task=self.name, status=status, metric=self.metric, value=value, pos=value,
                        reward=ladder_reward(status, value), split=split, fit_s=raw.fit_s, predict_s=raw.predict_s)
+
+
+IRIS_SCRIPT_MAIN = """
+import pandas as _pd
+_train, _test = _pd.read_csv("input/train.csv"), _pd.read_csv("input/test.csv")
+_model = build()
+_model.fit(_train.drop(columns=["id", "species"]).to_numpy(), _train["species"].to_numpy())
+_pred = _model.predict(_test.drop(columns=["id"]).to_numpy())
+_pd.DataFrame({"id": _test["id"], "species": _pred}).to_csv("submission/submission.csv", index=False)
+"""
+
+
+def iris_script_task(root, time_limit_s: float = 3.0):
+    """Iris as a real script task (folder with public files and private answers under `root`): a
+    program that defines build() followed by IRIS_SCRIPT_MAIN runs as the estimator harness would."""
+    import pandas as pd
+    from sklearn.datasets import load_iris
+
+    from wmrl.tasks.generated import write_folder
+    from wmrl.tasks.script import ScriptTask
+    from wmrl.tasks.spec import TaskSpec
+
+    X, y = load_iris(return_X_y=True)
+    df = pd.DataFrame(X, columns=["sepal_length", "sepal_width", "petal_length", "petal_width"])
+    df.insert(0, "id", range(len(df)))
+    df["species"] = y
+    idx = np.random.default_rng(0).permutation(len(df))
+    train, test = df.iloc[idx[:100]], df.iloc[idx[100:]]
+    folder = root / "iris_script"
+    if not folder.exists():
+        write_folder(folder, train, test.drop(columns=["species"]), test[["id", "species"]],
+                     test[["id"]].assign(species=0), "Classify iris species.", {"name": "iris_script"})
+    spec = TaskSpec("iris_script", str(folder), "classification", "accuracy", time_limit_s, interface="script",
+                    target="species", id_column="id")
+    return ScriptTask(spec, "s" * 64, root / "cache")

@@ -3,7 +3,9 @@
 Each test asserts the status and reward, that the execution ended within its limit (+2 s),
 that the host is unaffected, that no process of the execution is left, and that the next
 program in the same sandbox still runs. CI runs this file twice: wmrl installed system-wide,
-and installed in a fresh virtualenv.
+and installed in a fresh virtualenv. Attacks on the sandbox itself run against both interfaces
+(`task` is an estimator task, then a script task whose program is the same code followed by a
+harness that calls build()); attacks on the predictions protocol use `estimator_task`.
 """
 import math
 import os
@@ -23,7 +25,7 @@ from wmrl.sandbox.base import ExecRequest
 from wmrl.sandbox.local import LocalSandbox
 
 sys.path.insert(0, str(Path(__file__).parent))
-from sandbox_fakes import IrisTask, SyntheticTask  # noqa: E402
+from sandbox_fakes import IRIS_SCRIPT_MAIN, IrisTask, SyntheticTask, iris_script_task  # noqa: E402
 
 LIMIT_S = 3.0
 SLOTS = 2
@@ -56,8 +58,17 @@ def sandbox(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def task():
+def estimator_task():
     return IrisTask(time_limit_s=LIMIT_S)
+
+
+@pytest.fixture(scope="module", params=["estimator", "script"])
+def task(request, estimator_task, tmp_path_factory):
+    if request.param == "estimator":
+        return estimator_task
+    script = iris_script_task(tmp_path_factory.mktemp("script"), time_limit_s=LIMIT_S)
+    script.leaderboard()  # fitted once on the host, not timed
+    return script
 
 
 def sandbox_processes(uids, extra_marker: str | None = None) -> list[str]:
@@ -79,7 +90,8 @@ def sandbox_processes(uids, extra_marker: str | None = None) -> list[str]:
 def run_hostile(sandbox, task, host, source, status, reward=None, marker=None):
     limit_s = task.time_limit_s
     t0 = time.monotonic()
-    [out] = sandbox.run([ExecRequest(task, textwrap.dedent(source), meta={"test": "hostile"})])
+    source = textwrap.dedent(source) + (IRIS_SCRIPT_MAIN if task.interface == "script" else "")
+    [out] = sandbox.run([ExecRequest(task, source, meta={"test": "hostile"})])
     elapsed = time.monotonic() - t0
     allowed = {Status(s) for s in (status if isinstance(status, tuple) else (status,))}
     assert out.status in allowed, (out.status, out.stderr_tail[-800:])
@@ -219,8 +231,8 @@ def test_sleep_forever_in_build_times_out(sandbox, task, host):
     """, "timeout", 0.1)
 
 
-def test_sleep_forever_in_predict_times_out(sandbox, task, host):
-    out = run_hostile(sandbox, task, host, """
+def test_sleep_forever_in_predict_times_out(sandbox, estimator_task, host):
+    out = run_hostile(sandbox, estimator_task, host, """
         import time
         from sklearn.dummy import DummyClassifier
         class Slow(DummyClassifier):
@@ -274,8 +286,8 @@ def test_segfault_is_a_runtime_error(sandbox, task, host):
 
 
 @pytest.mark.parametrize("call", ["sys.exit(0)", "os._exit(0)", "raise SystemExit(3)"])
-def test_exit_in_build_is_a_runtime_error(sandbox, task, host, call):
-    run_hostile(sandbox, task, host, f"""
+def test_exit_in_build_is_a_runtime_error(sandbox, estimator_task, host, call):
+    run_hostile(sandbox, estimator_task, host, f"""
         import os, sys
         def build():
             {call}
@@ -309,8 +321,8 @@ def test_kill_minus_one_only_kills_the_program(sandbox, task, host):
     assert "SIGKILL" in out.stderr_tail
 
 
-def test_object_predictions_are_rejected(sandbox, task, host):
-    run_hostile(sandbox, task, host, """
+def test_object_predictions_are_rejected(sandbox, estimator_task, host):
+    run_hostile(sandbox, estimator_task, host, """
         import numpy as np
         from sklearn.dummy import DummyClassifier
         class Obj(DummyClassifier):
@@ -321,9 +333,9 @@ def test_object_predictions_are_rejected(sandbox, task, host):
     """, "no_valid_output", 0.2)
 
 
-def test_crafted_pickle_in_prediction_bytes_never_runs_on_host(sandbox, task, host):
+def test_crafted_pickle_in_prediction_bytes_never_runs_on_host(sandbox, estimator_task, host):
     evil = host["created"]
-    run_hostile(sandbox, task, host, f"""
+    run_hostile(sandbox, estimator_task, host, f"""
         import io, os, pickle
         import numpy as np
         from sklearn.dummy import DummyClassifier
@@ -343,16 +355,16 @@ def test_crafted_pickle_in_prediction_bytes_never_runs_on_host(sandbox, task, ho
     """, "no_valid_output", 0.2)
 
 
-def test_non_estimator_is_no_valid_output(sandbox, task, host):
-    run_hostile(sandbox, task, host, """
+def test_non_estimator_is_no_valid_output(sandbox, estimator_task, host):
+    run_hostile(sandbox, estimator_task, host, """
         def build():
             return "a string"
     """, "no_valid_output", 0.2)
 
 
 @pytest.mark.parametrize("bad", ["X[:10, 0]", "np.full(len(X), np.nan)", "np.array(['a'] * len(X))"])
-def test_wrong_shape_nan_or_text_predictions_are_no_valid_output(sandbox, task, host, bad):
-    run_hostile(sandbox, task, host, f"""
+def test_wrong_shape_nan_or_text_predictions_are_no_valid_output(sandbox, estimator_task, host, bad):
+    run_hostile(sandbox, estimator_task, host, f"""
         import numpy as np
         from sklearn.dummy import DummyClassifier
         class Bad(DummyClassifier):
@@ -465,8 +477,8 @@ def build():
     assert out.attempts == 1 and sandbox.worker_pids() == pids
 
 
-def test_timings_are_measured_by_the_worker(sandbox, task, host):
-    out = run_hostile(sandbox, task, host, """
+def test_timings_are_measured_by_the_worker(sandbox, estimator_task, host):
+    out = run_hostile(sandbox, estimator_task, host, """
         import time
         from sklearn.linear_model import LogisticRegression
         class Liar(LogisticRegression):
@@ -491,15 +503,15 @@ def build():
     buf = io.BytesIO()
     np.lib.format.write_array(buf, np.zeros(50, dtype=np.int64), allow_pickle=False)
     forge({"status": "valid", "detail": "", "fit_s": -1e300, "predict_s": float("nan")}, buf.getvalue())
-""", ("valid", "runtime_error"))
+""", ("valid", "runtime_error") if task.interface == "estimator" else ("runtime_error", "no_valid_output"))
     assert out.fit_s is None or (math.isfinite(out.fit_s) and 0 <= out.fit_s <= out.wall_s)
     assert out.predict_s is None or (math.isfinite(out.predict_s) and 0 <= out.predict_s <= out.wall_s)
 
 
 @pytest.mark.parametrize("bad", ["pred + 0j", "np.array([str(v) for v in pred])", "pred.astype(np.complex64)"])
-def test_complex_and_numeric_text_predictions_are_rejected(sandbox, task, host, bad):
+def test_complex_and_numeric_text_predictions_are_rejected(sandbox, estimator_task, host, bad):
     """Right labels in the wrong type: a submission must be real numbers, as the task asks."""
-    run_hostile(sandbox, task, host, f"""
+    run_hostile(sandbox, estimator_task, host, f"""
         import numpy as np
         from sklearn.linear_model import LogisticRegression
         class Odd(LogisticRegression):

@@ -272,7 +272,8 @@ def test_prompts_and_descriptors_are_compact(cache_dir):
     for task in suite_for(cache_dir):
         words = len(task.prompt().split())
         assert 60 <= words <= 150, (task.name, words)
-        assert "build()" in task.prompt() and task.metric in task.prompt()
+        entry = "./submission/submission.csv" if task.interface == "script" else "build()"  # what the program must do
+        assert entry in task.prompt() and task.metric in task.prompt()
         assert task.descriptor().startswith(f"task={task.name} kind={task.kind} n=")
     assert "classes=3 metric=accuracy" in suite_for(cache_dir).get("wine").descriptor()
 

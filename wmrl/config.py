@@ -31,6 +31,7 @@ class TaskConfig:
     train: List[str] = opt([], "training task names; empty = every built-in task not held out")
     eval: List[str] = opt([], "evaluation task names; empty = the held-out built-in tasks")
     files: List[str] = opt([], "extra YAML task files to register (see README: adding a task)")
+    max_data_mb: float = opt(256.0, "largest task data file (CSV, Parquet, task folder file) accepted, MiB")
     secret_seed: Optional[str] = opt(None, "secret for data splits; null = a per-machine secret made once")
     cache_dir: str = opt("~/.cache/wmrl", "host cache: leaderboards, secrets, warm-start checkpoints")
 

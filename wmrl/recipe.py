@@ -33,6 +33,10 @@ def tokenizer_corpus(tasks: list, seed: int, n_programs: int = 3000) -> list[str
     corpus = [t.prompt() for t in tasks] * 4
     for _ in range(n_programs):
         corpus.append(grammar.sample_program(rng.choice(["classification", "regression"]), rng, 0.2).source)
+    # tasks whose programs differ (tables, scripts): their own programs too, from a separate stream
+    # so that the corpus of array-only suites is unchanged
+    own = random.Random(seed + 1)
+    corpus += [grammar.sample_for(t, own, 0.2).source for t in tasks if grammar.has_own_programs(t) for _ in range(200)]
     for t in tasks:
         for status in Status:
             if status is Status.VALID:
@@ -140,7 +144,7 @@ def build(cfg: DictConfig, run_dir: Path, suite, wrap_world_model: Callable[[Wor
         world_model = make_world_model(cfg.world_model, seed=cfg.seed, base_model=cfg.policy.model)
         if wrap_world_model is not None:
             world_model = wrap_world_model(world_model)
-    sandbox = make_sandbox(cfg.sandbox, log_path=run_dir / "executions.sqlite")
+    sandbox = make_sandbox(cfg.sandbox, log_path=run_dir / "executions.sqlite", private_paths=suite.private_paths())
 
     # the step's path: rollout (environment, generator) -> corrections -> policy update -> world model
     debiaser, callbacks = correction_callbacks(cfg.callbacks)

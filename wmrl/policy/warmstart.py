@@ -25,7 +25,8 @@ from wmrl.policy import grammar
 from wmrl.tasks.task import render_prompt
 
 _BROKEN_STATUS = {"syntax": Status.SYNTAX_ERROR, "no_build": Status.MALFORMED, "bad_param": Status.RUNTIME_ERROR,
-                  "returns_none": Status.NO_VALID_OUTPUT}
+                  "returns_none": Status.NO_VALID_OUTPUT, "no_submission": Status.NO_VALID_OUTPUT,
+                  "wrong_rows": Status.NO_VALID_OUTPUT}
 
 
 def _feedback(sample: grammar.Sample, task, rng: random.Random) -> str:
@@ -40,7 +41,7 @@ def _feedback(sample: grammar.Sample, task, rng: random.Random) -> str:
 
 
 # Fields of a prompt that say what kind of estimator is needed; the rest is context a donor task may supply.
-KIND_FIELDS = ("kind", "target", "metric", "n_val")
+KIND_FIELDS = ("kind", "target", "metric", "n_val", "method")
 
 
 def mixed_prompt(task, donor) -> str:
@@ -62,16 +63,19 @@ def demonstrations(tasks: list, chat, n: int, turns: int, broken_rate: float, se
     rng = random.Random(seed)
     eos = chat.eos_ids[0] if chat.builtin else chat.tok.eos_token_id
     prompts = {t.name: chat.prompt_ids(t.prompt()) for t in tasks}
+    # context is only lent between prompts of one form (arrays, tables); script prompts are their own
+    form = {t.name: grammar.has_own_programs(t) for t in tasks}
+    donors = {t.name: [d for d in tasks if form[d.name] == form[t.name] and d.interface == "estimator"] for t in tasks}
     out = []
     for _ in range(n):
         task = rng.choice(tasks)
-        if rng.random() < prompt_mix:
-            ids = chat.prompt_ids(mixed_prompt(task, rng.choice(tasks)))
+        if rng.random() < prompt_mix and task.interface == "estimator":
+            ids = chat.prompt_ids(mixed_prompt(task, rng.choice(donors[task.name])))
         else:
             ids = list(prompts[task.name])
         mask = [0.0] * len(ids)
         for turn in range(turns):
-            sample = grammar.sample_program(task.kind, rng, broken_rate)
+            sample = grammar.sample_for(task, rng, broken_rate)
             prog = chat.tok(sample.source, add_special_tokens=False)["input_ids"] + [eos]
             ids += prog
             mask += [1.0] * len(prog)

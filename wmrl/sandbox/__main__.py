@@ -45,12 +45,13 @@ def main(argv: list[str] | None = None) -> int:
     from wmrl.tasks import TaskError, load_suite
 
     try:
-        task = load_suite(cfg.task).get(args.task)
+        suite = load_suite(cfg.task)
+        task = suite.get(args.task)
     except TaskError as e:
         print(f"error: {e}", file=sys.stderr)
         return USAGE_ERROR
     try:
-        sandbox = make_sandbox(cfg.sandbox, log_path=args.log)
+        sandbox = make_sandbox(cfg.sandbox, log_path=args.log, private_paths=suite.private_paths())
     except IsolationUnavailable as e:
         print(f"error: {e}", file=sys.stderr)
         return USAGE_ERROR

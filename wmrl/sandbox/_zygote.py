@@ -11,12 +11,19 @@ Three kinds of process, so that a program can neither forge a verdict nor see an
 The uid makes RLIMIT_NPROC bind, cannot signal the zygote, and lets every leftover process of an
 execution be swept with one kill(-1).
 
+Two interfaces. estimator: the child calls build().fit(X_train, y_train) then `method` (predict or
+predict_proba) on X_eval; arrays come as .npy, tables as Parquet (pandas, never pickle). script: the
+task's public files are written read-only into ./input/ of the execution's scratch folder, the
+program runs as __main__ there, and after every process of it is gone the zygote reads
+./submission/submission.csv (a regular file, links refused, size capped) and returns its bytes
+for the host to grade; answers never reach the sandbox.
+
 Protocol on stdin/stdout (host <-> zygote): frames of a 4-byte big-endian header length, a
 JSON header, then the raw blobs whose byte lengths the header lists in "blobs".
-  host: {"op": "data", "key"} + .npy blobs           -> caches the arrays' bytes under key
-  host: {"op": "run", "key", "source", "limits"}      -> {"op": "need_data"} or a result
+  host: {"op": "data", "key", "names"?} + blobs     -> caches the bytes under key (names: script input files)
+  host: {"op": "run", "key", "source", "limits", "interface", "method"}  -> {"op": "need_data"} or a result
   zygote result: {"op": "result", "status", "detail", "fit_s", "predict_s", "exec_s",
-                  "stdout_tail", "stderr_tail", "blobs": [n]} + raw .npy predictions
+                  "stdout_tail", "stderr_tail", "blobs": [n]} + raw .npy predictions (or submission bytes)
 Child -> zygote: one-byte marks the zygote timestamps (S set up, B built, F fitted, P predicted)
 and one result frame {"status", "detail"} + .npy predictions; nothing else in it is trusted.
 Usage: python _zygote.py '{"uid": 60000, "hide": [...], "mounts": "none"|"unshare", ...}'
@@ -52,8 +59,9 @@ PRELOAD = (
     "sklearn.naive_bayes", "sklearn.decomposition", "sklearn.impute", "sklearn.compose",
     "sklearn.feature_selection", "sklearn.neural_network", "sklearn.discriminant_analysis",
     "sklearn.kernel_approximation", "sklearn.dummy", "sklearn.calibration", "sklearn.multiclass",
-    "sklearn.gaussian_process", "sklearn.cluster", "sklearn.feature_extraction",
+    "sklearn.gaussian_process", "sklearn.cluster", "sklearn.feature_extraction", "pyarrow", "pyarrow.parquet",
 )
+SUBMISSION = ("submission", "submission.csv")  # where a script program writes, relative to its folder
 MAX_CACHED = 8  # task arrays kept per worker (a few task/split pairs), as bytes: children never inherit them
 PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 38, 36
 CLONE_NEWIPC = 0x08000000
@@ -243,7 +251,10 @@ def child_main(spec, fds, seccomp_filter):
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     except BaseException:
         os._exit(4)  # the zygote sees no result frame and no death by signal: it knows what it sent
-    result = _run_program(header["source"], blobs, marks_w)
+    if spec.get("interface") == "script":
+        result = _run_script(header["source"], marks_w)
+    else:
+        result = _run_program(header["source"], blobs, marks_w, spec.get("method", "predict"))
     try:
         write_frame(result_w, *result)
     except BaseException:
@@ -251,10 +262,47 @@ def child_main(spec, fds, seccomp_filter):
     os._exit(0)
 
 
-def _run_program(source, blobs, marks_w):
+def _load(blob):
+    """An array (.npy) or a table (Parquet: column names and dtypes kept); neither format can pickle."""
     import numpy as np
 
-    X_train, y_train, X_eval = (np.load(io.BytesIO(b), allow_pickle=False) for b in blobs)
+    if blob[:4] == b"PAR1":
+        import pandas as pd
+
+        return pd.read_parquet(io.BytesIO(blob))
+    return np.load(io.BytesIO(blob), allow_pickle=False)
+
+
+def _run_script(source, marks_w):
+    """Runs a whole program in its folder; its output is the submission file, read by the zygote."""
+    import numpy as np
+    import random
+
+    random.seed(0)
+    np.random.seed(0)
+    try:
+        namespace = {"__name__": "__main__", "__file__": "program.py", "__builtins__": __builtins__}
+        code = compile(source, "program.py", "exec")
+        del source
+        os.write(marks_w, b"B")
+        exec(code, namespace)
+        os.write(marks_w, b"F")
+    except SystemExit as e:
+        if e.code in (None, 0):  # a script may end itself; success is success
+            os.write(marks_w, b"F")
+            return ({"status": "valid", "detail": ""},)
+        traceback.print_exception(type(e), e, e.__traceback__.tb_next)
+        return ({"status": "runtime_error", "detail": f"sys.exit({e.code!r})"},)
+    except BaseException as e:
+        traceback.print_exception(type(e), e, e.__traceback__.tb_next)  # hide the harness frame
+        return ({"status": "runtime_error", "detail": f"{type(e).__name__}: {str(e)[:200]}"},)
+    return ({"status": "valid", "detail": ""},)
+
+
+def _run_program(source, blobs, marks_w, method="predict"):
+    import numpy as np
+
+    X_train, y_train, X_eval = (_load(b) for b in blobs)
     del blobs
     import random
 
@@ -267,15 +315,15 @@ def _run_program(source, blobs, marks_w):
         del source
         exec(code, namespace)
         model = namespace["build"]()
-        if not (callable(getattr(model, "fit", None)) and callable(getattr(model, "predict", None))):
+        if not (callable(getattr(model, "fit", None)) and callable(getattr(model, method, None))):
             return ({"status": "no_valid_output",
-                     "detail": f"build() returned {type(model).__name__}, which has no fit/predict"},)
+                     "detail": f"build() returned {type(model).__name__}, which has no fit/{method}"},)
         stage = "fit"
         os.write(marks_w, b"B")
         model.fit(X_train, y_train)
         os.write(marks_w, b"F")
         stage = "predict"
-        pred = model.predict(X_eval)
+        pred = getattr(model, method)(X_eval)
         os.write(marks_w, b"P")
     except SystemExit as e:
         traceback.print_exception(type(e), e, e.__traceback__.tb_next)  # hide the harness frame
@@ -419,20 +467,73 @@ def processes_of(uid):
     return out
 
 
-def execute(header, blobs, cfg, template):
+def write_inputs(scratch, names, blobs, uid, drop_uid):
+    """A script's folder: ./input/ read-only (root's, 0755, files 0444), ./submission/ its own."""
+    inp = os.path.join(scratch, "input")
+    os.mkdir(inp, 0o755)
+    for name, blob in zip(names, blobs):
+        if os.sep in name or name in ("", ".", ".."):
+            raise ValueError(f"bad input file name {name!r}")
+        fd = os.open(os.path.join(inp, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
+    out = os.path.join(scratch, SUBMISSION[0])
+    os.mkdir(out, 0o755)
+    if drop_uid:
+        os.chown(out, uid, uid)
+
+
+def read_submission(scratch, cap):
+    """(bytes, "") of the script's submission, or (None, why). Opened without following links, after
+    every process of the program is gone, so it is a plain file the program wrote in its folder."""
+    try:
+        dfd = os.open(os.path.join(scratch, SUBMISSION[0]), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return None, f"no ./{'/'.join(SUBMISSION)} written (the folder ./{SUBMISSION[0]}/ is gone)"
+    try:
+        fd = os.open(SUBMISSION[1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dfd)
+    except FileNotFoundError:
+        return None, f"no ./{'/'.join(SUBMISSION)} written"
+    except OSError as e:
+        return None, f"./{'/'.join(SUBMISSION)} cannot be read: {os.strerror(e.errno)}"
+    finally:
+        os.close(dfd)
+    try:
+        st = os.fstat(fd)
+        if not (st.st_mode & 0o170000 == 0o100000):
+            return None, f"./{'/'.join(SUBMISSION)} is not a regular file"
+        if st.st_size > cap:
+            return None, f"./{'/'.join(SUBMISSION)} is larger than {cap >> 20} MiB"
+        data = b""
+        while len(data) <= cap:
+            b = os.read(fd, 1 << 20)
+            if not b:
+                break
+            data += b
+        return (data, "") if len(data) <= cap else (None, f"./{'/'.join(SUBMISSION)} is larger than {cap >> 20} MiB")
+    finally:
+        os.close(fd)
+
+
+def execute(header, blobs, cfg, template, names=None):
     drop_uid = cfg.get("drop_uid", True)
     limits = dict(header["limits"], drop_uid=drop_uid)
     uid = cfg["uid"]
+    script = header.get("interface") == "script"
     scratch = f"/tmp/run{os.getpid()}-{time.monotonic_ns()}"
     os.mkdir(scratch, 0o700)
     if drop_uid:
         os.chown(scratch, uid, uid)
+    if script:
+        write_inputs(scratch, names or [], blobs, uid, drop_uid)
+        blobs = []  # the program reads its files, not a pipe
     data_r, data_w = os.pipe()
     (result_r, result_w), (out_r, out_w), (err_r, err_w), (marks_r, marks_w) = (os.pipe() for _ in range(4))
     child_ends = [data_r, result_w, out_w, err_w, marks_w]
     t0 = time.monotonic()
     try:
-        pid = template.spawn({"limits": limits, "scratch": scratch}, child_ends)
+        pid = template.spawn({"limits": limits, "scratch": scratch, "interface": header.get("interface", "estimator"),
+                              "method": header.get("method", "predict")}, child_ends)
     finally:
         for fd in child_ends:
             os.close(fd)
@@ -497,11 +598,19 @@ def execute(header, blobs, cfg, template):
             _drain(fd, open_fds, tails, result, result_r, result_cap)
     for fd in (result_r, out_r, err_r, marks_r) + ((data_w,) if data_w is not None else ()):
         os.close(fd)
+    out, out_blobs = judge(limits, marks, result, wstatus, exec_s, timed_out, too_big, tails[out_r], tails[err_r],
+                           script=script)
+    if script and out["status"] == "valid":
+        data, why = read_submission(scratch, limits["prediction_cap_mb"] << 20)
+        if data is None:
+            out.update(status="no_valid_output", detail=why)
+        else:
+            out_blobs = [data]
     shutil.rmtree(scratch, ignore_errors=True)
-    return judge(limits, marks, result, wstatus, exec_s, timed_out, too_big, tails[out_r], tails[err_r])
+    return out, out_blobs
 
 
-def judge(limits, marks, result, wstatus, exec_s, timed_out, too_big, out_tail, err_tail):
+def judge(limits, marks, result, wstatus, exec_s, timed_out, too_big, out_tail, err_tail, script=False):
     """The zygote's verdict. Times come from the zygote's clock at the child's marks, never from the
     program; infra_error only when the child never finished its set-up."""
     fit_s = predict_s = None
@@ -530,7 +639,7 @@ def judge(limits, marks, result, wstatus, exec_s, timed_out, too_big, out_tail, 
             if not isinstance(sizes, list) or not all(isinstance(n, int) and n >= 0 for n in sizes):
                 raise ValueError("malformed blob sizes")
             blob = bytes(result[4 + hlen:4 + hlen + sum(sizes)])
-            if len(blob) != sum(sizes) or (status == "valid" and not blob):
+            if len(blob) != sum(sizes) or (status == "valid" and not blob and not script):
                 raise ValueError("truncated predictions")
             out.update(status=status, detail=str(child.get("detail", ""))[:500])
             if status != "valid":
@@ -641,17 +750,20 @@ def main():
             return
         op = header.get("op")
         if op == "data":
-            cache[header["key"]] = blobs
+            cache[header["key"]] = (blobs, header.get("names"))
             while len(cache) > MAX_CACHED:
                 cache.popitem(last=False)
             write_frame(proto_out, {"op": "ok"})
         elif op == "run":
-            blobs = cache.get(header["key"])
-            if blobs is None:
+            entry = cache.get(header["key"])
+            if entry is None:
                 write_frame(proto_out, {"op": "need_data"})
                 continue
             cache.move_to_end(header["key"])
-            out, out_blobs = execute(header, blobs, cfg, template)
+            try:
+                out, out_blobs = execute(header, entry[0], cfg, template, names=entry[1])
+            except OSError as e:  # e.g. the scratch tmpfs is full: the sandbox's failure, retried elsewhere
+                out, out_blobs = {"status": "infra_error", "detail": f"cannot prepare the execution: {e}"}, []
             write_frame(proto_out, dict(out, op="result"), out_blobs)
         elif op == "ping":
             write_frame(proto_out, {"op": "pong"})

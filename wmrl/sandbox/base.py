@@ -13,7 +13,7 @@ class ExecRequest:
     """One program to run on one task split. `meta` holds free-form tags (step, group,
     trajectory ids...) recorded with the execution in the log."""
 
-    task: Any  # a wmrl.tasks Task: name, time_limit_s, inputs(split), fingerprint(), judge(raw, split)
+    task: Any  # a wmrl.tasks Task: name, time_limit_s, interface, method, inputs(split), fingerprint(), judge(raw, split)
     program: str
     split: str = "val"
     meta: dict = field(default_factory=dict)
@@ -42,10 +42,11 @@ class Sandbox(Protocol):
     def __exit__(self, *exc: Any) -> None: ...
 
 
-def make_sandbox(sandbox_cfg: Any, log_path: str | None = None) -> Sandbox:
-    """The backend named by `sandbox.backend`, built from the `sandbox` config section."""
+def make_sandbox(sandbox_cfg: Any, log_path: str | None = None, private_paths: Sequence[str] = ()) -> Sandbox:
+    """The backend named by `sandbox.backend`, built from the `sandbox` config section; `private_paths`
+    (task data and answers on the host) are hidden from programs."""
     if sandbox_cfg.backend == "local":
         from wmrl.sandbox.local import LocalSandbox
 
-        return LocalSandbox(sandbox_cfg, log_path=log_path)
+        return LocalSandbox(sandbox_cfg, log_path=log_path, private_paths=private_paths)
     raise ValueError(f"unknown sandbox.backend={sandbox_cfg.backend!r}; valid: local")

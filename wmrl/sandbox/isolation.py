@@ -34,7 +34,7 @@ def python_roots() -> list[str]:
     """Directories the sandboxed interpreter needs: its prefixes (a venv and the interpreter it was
     made from) and the scientific packages."""
     roots = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
-    for mod in ("numpy", "scipy", "sklearn", "pandas", "joblib", "threadpoolctl", "pyseccomp"):
+    for mod in ("numpy", "scipy", "sklearn", "pandas", "pyarrow", "joblib", "threadpoolctl", "pyseccomp"):
         spec = importlib.util.find_spec(mod)
         if spec and spec.origin:
             roots.add(os.path.realpath(Path(spec.origin).parent.parent))
@@ -143,12 +143,27 @@ def zygote_env() -> dict:
     return _base_env()
 
 
-def command(mode: str, zygote_cfg: dict, probe: bool = False, scratch_mb: int = 512) -> list[str]:
+def private_hides(mode: str, private_paths: tuple[str, ...]) -> list[str]:
+    """Task data the host names as private (user tables, task folders with answers, the cache dir), to hide.
+
+    bwrap mounts only the system and the Python environment, so only a private path inside those
+    needs covering; unshare shows the host tree, so every one is covered."""
+    mounted = [*SYSTEM_DIRS, *python_roots()]
+    paths = [os.path.realpath(p) for p in private_paths if os.path.exists(p)]
+    # never the environment itself or a folder holding it (a cache dir "/opt" around /opt/conda)
+    paths = [p for p in paths if not any(m == p or m.startswith(p + os.sep) for m in mounted) and p != "/"]
+    if mode == "bwrap":
+        paths = [p for p in paths if any(p.startswith(m + os.sep) for m in mounted)]
+    return sorted(set(paths))
+
+
+def command(mode: str, zygote_cfg: dict, probe: bool = False, scratch_mb: int = 512,
+            private_paths: tuple[str, ...] = ()) -> list[str]:
     """argv that starts the zygote (or, with probe=True, a trivial check) inside `mode`."""
     import json
 
     py = interpreter()
-    hidden = hidden_paths()
+    hidden = hidden_paths() + tuple(private_hides(mode, private_paths))
     if probe and mode != "unshare":
         # as the unprivileged uid, reach the interpreter's packages (a 0700 parent would block them)
         payload = ["-I", "-c", "import os; os.setgroups([]); os.setgid(%d); os.setuid(%d); import numpy, sklearn; "

@@ -53,12 +53,14 @@ class WorkerLost(Exception):
 class _Worker:
     """One slot: a zygote process inside the isolation, spoken to over its stdin/stdout."""
 
-    def __init__(self, slot: int, uid: int, mode: str, scratch_mb: int, cgroups: SlotCgroups | None):
+    def __init__(self, slot: int, uid: int, mode: str, scratch_mb: int, cgroups: SlotCgroups | None,
+                 private_paths: tuple[str, ...] = ()):
         self.slot = slot
         self.uid = uid
         self.mode = mode
         self.scratch_mb = scratch_mb
         self.cgroups = cgroups
+        self.private_paths = private_paths
         self.proc: subprocess.Popen | None = None
         self.seccomp = ""  # "on", or why the worker runs without its filter
         self._stderr = None
@@ -70,7 +72,8 @@ class _Worker:
     def start(self) -> None:
         self.stop()
         drop_uid = os.geteuid() == 0
-        argv = isolation.command(self.mode, {"uid": self.uid, "drop_uid": drop_uid}, scratch_mb=self.scratch_mb)
+        argv = isolation.command(self.mode, {"uid": self.uid, "drop_uid": drop_uid}, scratch_mb=self.scratch_mb,
+                                 private_paths=self.private_paths)
         if self.cgroups is not None:
             argv = self.cgroups.wrap(self.slot, argv)
         self._stderr = tempfile.TemporaryFile()
@@ -170,7 +173,10 @@ class _Batch:
 class LocalSandbox:
     """Warm pool of `slots` isolated workers on this machine; implements the Sandbox protocol."""
 
-    def __init__(self, cfg: SandboxConfig | Any, log_path: str | os.PathLike | None = None):
+    def __init__(self, cfg: SandboxConfig | Any, log_path: str | os.PathLike | None = None,
+                 private_paths: Sequence[str] = ()):
+        """`private_paths`: host files and folders holding task data or answers (`TaskSuite.private_paths()`),
+        hidden from programs wherever the isolation would otherwise show them."""
         self.cfg = cfg
         self.slots = int(cfg.slots) or os.cpu_count() or 1
         self.isolation = isolation.choose(cfg.isolation)
@@ -195,7 +201,8 @@ class LocalSandbox:
         self.uids = [uid_base + k for k in range(self.slots)]  # one private uid per slot, machine-wide unique
         self.cgroups = self._make_cgroups(str(cfg.cgroups), f"wmrl-sandbox-{uid_base}", float(cfg.cpus_per_slot),
                                           int(cfg.worker_memory_mb))
-        self._workers = [_Worker(k, self.uids[k], self.isolation, self.scratch_mb, self.cgroups)
+        self._workers = [_Worker(k, self.uids[k], self.isolation, self.scratch_mb, self.cgroups,
+                                 tuple(str(p) for p in private_paths))
                          for k in range(self.slots)]
         self._seccomp_warned = False
         # Each worker is started and served by its own long-lived thread: bwrap's
@@ -214,7 +221,7 @@ class LocalSandbox:
         if not requests:
             batch.future.set_result([])
         for i, req in enumerate(requests):
-            status, detail = precheck(req.program)
+            status, detail = precheck(req.program, req.task.interface)
             if status is not None:  # costs no slot: decided by parsing alone
                 outcome = Outcome(task=req.task.name, status=status, reward=ladder_reward(status),
                                   stderr_tail=detail, split=req.split, attempts=0)
@@ -324,10 +331,13 @@ class LocalSandbox:
                     self._check_seccomp(worker)
                 if self._before_attempt is not None:
                     self._before_attempt(worker, attempt)
-                header = {"op": "run", "key": key, "source": req.program, "limits": limits}
+                header = {"op": "run", "key": key, "source": req.program, "limits": limits,
+                          "interface": req.task.interface, "method": req.task.method}
                 reply, blobs = worker.request(header, [], time.monotonic() + limit + ANSWER_MARGIN_S)
                 if reply.get("op") == "need_data":
-                    ok, _ = worker.request({"op": "data", "key": key}, blobs_fn(), time.monotonic() + STARTUP_S)
+                    names, data = blobs_fn()
+                    ok, _ = worker.request({"op": "data", "key": key, "names": names}, data,
+                                           time.monotonic() + STARTUP_S)
                     if ok.get("op") != "ok":
                         raise WorkerLost(f"worker {worker.slot} refused the task data: {ok}")
                     reply, blobs = worker.request(header, [], time.monotonic() + limit + ANSWER_MARGIN_S)
@@ -346,7 +356,7 @@ class LocalSandbox:
         if reply is None:
             raw = RawResult(Status.INFRA_ERROR, wall_s=wall_s, detail="; ".join(lost)[-1000:])
         else:
-            raw = self._raw_result(reply, blobs, wall_s)
+            raw = self._raw_result(reply, blobs, wall_s, script=req.task.interface == "script")
             if raw.status is Status.RUNTIME_ERROR and self.cgroups is not None and \
                     self.cgroups.oom_kills(worker.slot) > oom_before:
                 raw.detail += "; the slot's memory limit was reached"
@@ -356,11 +366,13 @@ class LocalSandbox:
         extra = {"detail": raw.detail, "stdout_tail": (reply or {}).get("stdout_tail", "")}
         return outcome, extra
 
-    def _raw_result(self, reply: dict, blobs: list[bytes], wall_s: float) -> RawResult:
+    def _raw_result(self, reply: dict, blobs: list[bytes], wall_s: float, script: bool = False) -> RawResult:
         status = SANDBOX_STATUSES.get(reply.get("status"), Status.RUNTIME_ERROR)
         detail = str(reply.get("detail", ""))
         predictions = None
-        if status is Status.VALID:
+        if status is Status.VALID and script:  # the submission file's bytes: the task parses and grades them
+            predictions = blobs[0] if blobs else b""
+        elif status is Status.VALID:
             predictions, why = parse_predictions(blobs[0] if blobs else b"", self.prediction_cap_mb << 20)
             if predictions is None:
                 status, detail = Status.NO_VALID_OUTPUT, why
@@ -384,20 +396,22 @@ class LocalSandbox:
             outcome.stderr_tail = raw.stderr_tail
         return outcome
 
-    def _task_data(self, req: ExecRequest) -> tuple[str, Callable[[], list[bytes]]]:
-        """The cache key of the task's arrays and a function serializing them (once per host)."""
+    def _task_data(self, req: ExecRequest) -> tuple[str, Callable[[], tuple[list[str] | None, list[bytes]]]]:
+        """The cache key of the task's inputs and a function serializing them (once per host):
+        (None, [X_train, y_train, X_eval] as .npy or Parquet) for an estimator task,
+        (file names, file bytes) for a script task."""
         key = f"{req.task.name}:{req.task.fingerprint()}:{req.split}"
 
-        def blobs() -> list[bytes]:
+        def blobs() -> tuple[list[str] | None, list[bytes]]:
             with self._data_lock:
                 if key in self._data:
                     self._data.move_to_end(key)
                     return self._data[key]
-            out = []
-            for arr in req.task.inputs(req.split):
-                buf = io.BytesIO()
-                np.save(buf, np.asarray(arr), allow_pickle=False)
-                out.append(buf.getvalue())
+            inputs = req.task.inputs(req.split)
+            if isinstance(inputs, dict):
+                out = (sorted(inputs), [inputs[name] for name in sorted(inputs)])
+            else:
+                out = (None, [_serialize(x) for x in inputs])
             with self._data_lock:
                 self._data[key] = out
                 while len(self._data) > 16:
@@ -414,6 +428,17 @@ class LocalSandbox:
         except Exception:
             fp = None
         self._log.append(outcome, req.program, req.meta, fingerprint=fp, stdout_tail=stdout_tail, detail=detail)
+
+
+def _serialize(x: Any) -> bytes:
+    """.npy for arrays, Parquet for DataFrames (names and dtypes kept); neither needs pickle to load."""
+    if not isinstance(x, np.ndarray) and hasattr(x, "to_parquet"):
+        buf = io.BytesIO()
+        x.to_parquet(buf, index=False)
+        return buf.getvalue()
+    buf = io.BytesIO()
+    np.save(buf, np.asarray(x), allow_pickle=False)
+    return buf.getvalue()
 
 
 UID_BLOCK = 256  # uids reserved per sandbox: slots beyond this are not supported

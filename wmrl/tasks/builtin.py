@@ -70,4 +70,12 @@ BUILTIN: Dict[str, TaskSpec] = {s.name: s for s in [
     TaskSpec("sparse_uncorr", "synthetic:make_sparse_uncorrelated", "regression", "r2", _FAST, held_out=True,
              params={"n_samples": 600, "n_features": 10},
              description="Linear target of 4 of 10 independent Gaussian features; the other 6 are noise."),
+    # Script tasks (issue 11): the agent writes a whole program over real-looking files. Optional, so
+    # default runs keep their suite; name them in task.train / task.eval.
+    TaskSpec("loan_default", "generated:loan_default", "classification", "roc_auc", 20.0, interface="script",
+             target="default", id_column="loan_id", optional=True,
+             description="Loan defaults from a messy applicant table (categorical columns, empty cells); ROC AUC."),
+    TaskSpec("house_prices", "generated:house_prices", "regression", "neg_root_mean_squared_error", 20.0,
+             interface="script", target="price", id_column="house_id", optional=True,
+             description="House sale prices from neighbourhood, area, condition and more (empty cells); RMSE."),
 ]}

@@ -1,13 +1,17 @@
-"""Turning a task spec into arrays: load or generate (X, y), then split it with secret seeds."""
+"""Turning a task spec into data: load or generate (X, y), then split it with secret seeds.
+
+Arrays for bundled and synthetic data; a DataFrame of real columns for CSV and Parquet files.
+"""
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Tuple
+from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
+from wmrl.tasks import tabular
 from wmrl.tasks.secret import random_state_for, rng_for
 from wmrl.tasks.spec import TaskError, TaskSpec
 
@@ -18,17 +22,21 @@ GENERATORS = ("make_classification", "make_regression", "make_friedman1", "make_
 
 @dataclass(frozen=True)
 class Splits:
-    """A task's data: float64 features, int64 class labels (0..k-1) or float64 targets."""
+    """A task's data: features (float64 arrays, or DataFrames for tables), int64 class codes
+    (0..k-1, `classes` holds the original labels) or float64 targets."""
 
-    X_train: np.ndarray
+    X_train: Any
     y_train: np.ndarray
-    X_val: np.ndarray
+    X_val: Any
     y_val: np.ndarray
-    X_test: np.ndarray
+    X_test: Any
     y_test: np.ndarray
+    classes: Optional[List] = None
 
 
-def build_splits(spec: TaskSpec, secret: str) -> Splits:
+def build_splits(spec: TaskSpec, secret: str, max_mb: float = tabular.DEFAULT_MAX_MB) -> Splits:
+    if tabular.is_table(spec.data):
+        return _table_splits(spec, secret, max_mb)
     X, y = load_xy(spec, secret)
     if spec.kind == "classification":
         y = np.unique(y, return_inverse=True)[1].reshape(-1).astype(np.int64)
@@ -36,6 +44,35 @@ def build_splits(spec: TaskSpec, secret: str) -> Splits:
         y = y.astype(np.float64)
     train, val, test = split_indices(y, spec, secret)
     return Splits(X[train], y[train], X[val], y[val], X[test], y[test])
+
+
+def _table_splits(spec: TaskSpec, secret: str, max_mb: float) -> Splits:
+    """Splits of a CSV/Parquet task: val (and test, unless `test_data` is a second file) cut from the
+    rows with the secret seed, stratified for classification; features stay a DataFrame."""
+    where = f"task {spec.name!r}"
+    path = Path(spec.data)
+    X, y = tabular.features_and_target(tabular.read_table(path, where, max_mb), path.name, where, spec.target,
+                                       spec.kind, spec.id_column)
+    if spec.test_data:
+        tpath = Path(spec.test_data)
+        X_test, y_test = tabular.features_and_target(tabular.read_table(tpath, where, max_mb), tpath.name, where,
+                                                     spec.target, spec.kind, spec.id_column)
+        if list(X_test.columns) != list(X.columns):
+            raise TaskError(f"{where}: {tpath.name} has columns {list(X_test.columns)}, {path.name} has {list(X.columns)}")
+        train, val, _ = split_indices(y, spec, secret, with_test=False)
+    else:
+        train, val, test = split_indices(y, spec, secret)
+        X_test, y_test = X.iloc[test], y[test]
+    part = lambda df, rows: df.iloc[rows].reset_index(drop=True)  # noqa: E731
+    X_train, X_val, X_test = part(X, train), part(X, val), X_test.reset_index(drop=True)
+    y_train, y_val = y[train], y[val]
+    classes = None
+    if spec.kind == "classification":
+        labels, classes = tabular.class_codes(y_train, y_val, y_test, where=where, column=spec.target)
+        y_train, y_val, y_test = (np.searchsorted(labels, v).astype(np.int64) for v in (y_train, y_val, y_test))
+    else:
+        y_train, y_val, y_test = (np.asarray(v, dtype=np.float64) for v in (y_train, y_val, y_test))
+    return Splits(X_train, y_train, X_val, y_val, X_test, y_test, classes)
 
 
 def load_xy(spec: TaskSpec, secret: str) -> Tuple[np.ndarray, np.ndarray]:
@@ -93,49 +130,23 @@ def _rotation(rng: np.random.Generator, d: int) -> np.ndarray:
 
 
 def _read_file(path: Path, spec: TaskSpec) -> Tuple[np.ndarray, np.ndarray]:
+    """An NPZ file with arrays X and y (tables go through `_table_splits`)."""
     if not path.exists():
         raise TaskError(f"task {spec.name!r}: data file {str(path)!r} does not exist")
-    if path.suffix == ".npz":
-        with np.load(path, allow_pickle=False) as z:
-            missing = [k for k in ("X", "y") if k not in z.files]
-            if missing:
-                raise TaskError(f"task {spec.name!r}: {path} lacks array(s) {missing}; has {z.files}")
-            X, y = z["X"], z["y"]
-    else:
-        X, y = _read_csv(path, spec)
+    with np.load(path, allow_pickle=False) as z:
+        missing = [k for k in ("X", "y") if k not in z.files]
+        if missing:
+            raise TaskError(f"task {spec.name!r}: {path} lacks array(s) {missing}; has {z.files}")
+        X, y = z["X"], z["y"]
     if X.ndim != 2 or len(X) != len(y):
         raise TaskError(f"task {spec.name!r}: X must be 2-D with one row per target; got {X.shape} and {len(y)}")
     if not np.issubdtype(X.dtype, np.number) or not np.all(np.isfinite(X.astype(np.float64))):
-        raise TaskError(f"task {spec.name!r}: features must be numeric and finite (no missing values)")
+        raise TaskError(f"task {spec.name!r}: NPZ features must be numeric and finite (use a CSV for missing values)")
     return X, y
 
 
-def _read_csv(path: Path, spec: TaskSpec) -> Tuple[np.ndarray, np.ndarray]:
-    import csv
-
-    with open(path, newline="") as f:
-        rows = list(csv.reader(f))
-    header, body = rows[0], [r for r in rows[1:] if r]
-    if spec.target not in header:
-        raise TaskError(f"task {spec.name!r}: field 'target': column {spec.target!r} not in {path.name} (columns: {', '.join(header)})")
-    t = header.index(spec.target)
-    features = [i for i in range(len(header)) if i != t]
-    X = np.empty((len(body), len(features)))
-    for j, i in enumerate(features):
-        try:
-            X[:, j] = [float(r[i]) for r in body]
-        except ValueError:
-            raise TaskError(f"task {spec.name!r}: column {header[i]!r} of {path.name} is not numeric") from None
-    y = np.array([r[t] for r in body])
-    if spec.kind == "regression":
-        try:
-            y = y.astype(np.float64)
-        except ValueError:
-            raise TaskError(f"task {spec.name!r}: target {spec.target!r} is not numeric (kind is regression)") from None
-    return X, y
-
-
-def split_indices(y: np.ndarray, spec: TaskSpec, secret: str) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+def split_indices(y: np.ndarray, spec: TaskSpec, secret: str,
+                  with_test: bool = True) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Secret train/val/test row indices; stratified for classification.
 
     Each row gets a key uniform in [0, 1); for classification the key is (rank within its
@@ -144,8 +155,8 @@ def split_indices(y: np.ndarray, spec: TaskSpec, secret: str) -> Tuple[np.ndarra
     (bundled datasets are sorted by class).
     """
     n = len(y)
-    n_val, n_test = _count(spec.val, n), _count(spec.test, n)
-    if n - n_val - n_test < 2 or n_val < 1 or n_test < 1:
+    n_val, n_test = _count(spec.val, n), (_count(spec.test, n) if with_test else 0)
+    if n - n_val - n_test < 2 or n_val < 1 or (with_test and n_test < 1):
         raise TaskError(f"task {spec.name!r}: split val={spec.val} test={spec.test} leaves no room in {n} rows")
     rng = rng_for(secret, spec.name, "split")
     key = rng.random(n)
@@ -162,9 +173,12 @@ def _count(size: float, n: int) -> int:
     return int(round(size * n)) if size < 1 else int(size)
 
 
-def digest(*arrays: np.ndarray) -> str:
+def digest(*arrays: Any) -> str:
     h = hashlib.sha256()
     for a in arrays:
-        h.update(f"{a.dtype}{a.shape}".encode())
-        h.update(np.ascontiguousarray(a).tobytes())
+        if isinstance(a, np.ndarray):
+            h.update(f"{a.dtype}{a.shape}".encode())
+            h.update(np.ascontiguousarray(a).tobytes())
+        else:  # a DataFrame of a table task
+            tabular.frame_digest(h, a)
     return h.hexdigest()[:16]

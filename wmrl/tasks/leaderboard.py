@@ -67,7 +67,7 @@ def fit_references(task: "Task") -> List[Dict]:
             warnings.simplefilter("ignore")  # convergence chatter of weak references is expected
             model = namespace["build"]().fit(s.X_train, s.y_train)
             fit_s = time.perf_counter() - start
-            scores = {split: task.score(np.asarray(model.predict(X)), split) for split, X in
+            scores = {split: task.score(np.asarray(getattr(model, task.method)(X)), split) for split, X in
                       (("val", s.X_val), ("test", s.X_test))}
         rows.append({"name": name, **scores, "fit_s": round(fit_s, 4)})
     if not tty:

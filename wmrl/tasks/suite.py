@@ -1,4 +1,4 @@
-"""The task registry: built-in tasks plus YAML task files, bound to the host secret."""
+"""The task registry: built-in tasks, imported task folders and YAML task files, bound to the host secret."""
 from __future__ import annotations
 
 import difflib
@@ -6,7 +6,9 @@ import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional
 
+from wmrl.tasks import tabular
 from wmrl.tasks.builtin import BUILTIN
+from wmrl.tasks.script import ScriptTask
 from wmrl.tasks.secret import host_secret
 from wmrl.tasks.spec import TaskError, TaskSpec
 from wmrl.tasks.task import Task
@@ -41,6 +43,10 @@ class TaskSuite:
     def eval_tasks(self) -> List[Task]:
         return [self._tasks[n] for n in self._eval]
 
+    def private_paths(self) -> List[str]:
+        """Host paths holding task data or answers, which the sandbox must hide from programs."""
+        return sorted({p for task in self for p in task.private_paths()})
+
     def __iter__(self):
         return iter(self._tasks.values())
 
@@ -51,7 +57,8 @@ class TaskSuite:
 def load_suite(task_cfg: Optional[Any] = None) -> TaskSuite:
     """The suite described by a `task` config section (TaskConfig or its DictConfig; None = defaults).
 
-    `train` defaults to every task not held out and `eval` to the held-out ones.
+    `train` defaults to every task not held out and `eval` to the held-out ones; optional tasks
+    (the built-in script tasks, imported folders) are used only where named.
     """
     def get(key: str, default: Any) -> Any:
         if isinstance(task_cfg, Mapping):  # a dict or an OmegaConf DictConfig
@@ -60,13 +67,20 @@ def load_suite(task_cfg: Optional[Any] = None) -> TaskSuite:
 
     cache_dir = Path(get("cache_dir", "~/.cache/wmrl")).expanduser()
     secret = host_secret(cache_dir, get("secret_seed", None))
+    max_mb = float(get("max_data_mb", tabular.DEFAULT_MAX_MB))
     specs: Dict[str, TaskSpec] = dict(BUILTIN)
-    for file in get("files", []) or []:
-        spec = load_task_file(file)
+    for file in [*imported_task_files(cache_dir), *(get("files", []) or [])]:
+        spec = load_task_file(file, max_mb)
         if spec.name in specs:
             raise TaskError(f"task file {file}: field 'name': {spec.name!r} is already a task")
         specs[spec.name] = spec
-    tasks = {name: Task(spec, secret, cache_dir) for name, spec in specs.items()}
-    train = list(get("train", []) or []) or [n for n, s in specs.items() if not s.held_out]
-    eval_ = list(get("eval", []) or []) or [n for n, s in specs.items() if s.held_out]
+    tasks = {name: (ScriptTask if spec.interface == "script" else Task)(spec, secret, cache_dir, max_mb)
+             for name, spec in specs.items()}
+    train = list(get("train", []) or []) or [n for n, s in specs.items() if not s.held_out and not s.optional]
+    eval_ = list(get("eval", []) or []) or [n for n, s in specs.items() if s.held_out and not s.optional]
     return TaskSuite(tasks, train, eval_)
+
+
+def imported_task_files(cache_dir: Path) -> List[Path]:
+    """task.yaml of every folder `python -m wmrl.tasks import` registered under the cache dir."""
+    return sorted((Path(cache_dir) / "tasks").glob("*/task.yaml"))

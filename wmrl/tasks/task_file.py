@@ -3,10 +3,13 @@
 Example::
 
     name: churn
-    data: churn.csv          # CSV (needs `target`), NPZ with arrays X and y, bundled:NAME, synthetic:GENERATOR
+    data: churn.csv          # CSV or Parquet (needs `target`), NPZ with arrays X and y, bundled:NAME,
+                             # synthetic:GENERATOR; a task folder for interface: script
     target: churned
+    id_column: customer_id   # optional; never a feature
+    test_data: churn_test.csv  # optional; a second labelled file scored as the test split
     kind: classification
-    metric: balanced_accuracy  # optional; default accuracy / r2
+    metric: roc_auc          # optional; a scikit-learn scorer name; default accuracy / r2
     split: {val: 0.2, test: 0.2}  # optional; fractions, or row counts if >= 1
     time_limit_s: 10
     held_out: false
@@ -19,15 +22,18 @@ import difflib
 import numbers
 from pathlib import Path
 
+from wmrl.tasks import tabular
 from wmrl.tasks.data import BUNDLED, GENERATORS
-from wmrl.tasks.metrics import DEFAULT_METRIC, METRICS
-from wmrl.tasks.spec import KINDS, TaskError, TaskSpec
+from wmrl.tasks.metrics import ALIASES, DEFAULT_METRIC, METRICS
+from wmrl.tasks.references import REFERENCES
+from wmrl.tasks.spec import INTERFACES, KINDS, TaskError, TaskSpec
 
-FIELDS = ("name", "data", "target", "kind", "metric", "split", "time_limit_s", "held_out", "description", "params")
+FIELDS = ("name", "data", "target", "kind", "metric", "split", "time_limit_s", "held_out", "description", "params",
+          "id_column", "test_data", "interface", "optional", "references")
 REQUIRED = ("name", "data", "kind")
 
 
-def load_task_file(path: str | Path) -> TaskSpec:
+def load_task_file(path: str | Path, max_data_mb: float = tabular.DEFAULT_MAX_MB) -> TaskSpec:
     """Read and validate one task file; every error names the file and the bad field."""
     import yaml
 
@@ -59,9 +65,46 @@ def load_task_file(path: str | Path) -> TaskSpec:
     if kind not in KINDS:
         raise bad("kind", f"must be one of {', '.join(KINDS)}; got {kind!r}")
     metric = doc.get("metric") or DEFAULT_METRIC[kind]
+    metric = ALIASES.get(metric, metric)
     if metric not in METRICS[kind]:
         raise bad("metric", f"must be one of {', '.join(METRICS[kind])} for {kind}; got {metric!r}")
-    data, target = _data(doc, path, bad)
+    interface = doc.get("interface", "estimator")
+    if interface not in INTERFACES:
+        raise bad("interface", f"must be one of {', '.join(INTERFACES)}; got {interface!r}")
+    if interface == "script":
+        from wmrl.tasks.script import check_folder
+
+        folder = Path(str(doc["data"])).expanduser()
+        folder = folder if folder.is_absolute() else path.parent / folder
+        try:
+            check_folder(folder, max_data_mb)
+        except TaskError as e:
+            raise bad("data", f"is not a usable task folder: {e}") from None
+        data, target = str(folder.resolve()), doc.get("target")
+    else:
+        data, target = _data(doc, path, bad, max_data_mb)
+    id_column = doc.get("id_column")
+    if id_column is not None and not isinstance(id_column, str):
+        raise bad("id_column", f"must be a column name; got {id_column!r}")
+    test_data = doc.get("test_data")
+    if test_data is not None:
+        if not tabular.is_table(data):
+            raise bad("test_data", "is only for CSV or Parquet data")
+        tfile = Path(str(test_data)).expanduser()
+        tfile = tfile if tfile.is_absolute() else path.parent / tfile
+        if not tfile.is_file():
+            raise bad("test_data", f"file {str(tfile)!r} does not exist")
+        tabular.check_size(tfile, max_data_mb, f"task file {path}: field 'test_data'")
+        test_data = str(tfile.resolve())
+    optional = doc.get("optional", False)
+    if not isinstance(optional, bool):
+        raise bad("optional", f"must be true or false; got {optional!r}")
+    references = doc.get("references")
+    if references is not None:
+        unknown = [r for r in references or [] if r not in REFERENCES[kind]] if isinstance(references, list) else [references]
+        if unknown or not references:
+            raise bad("references", f"must be a non-empty list of {', '.join(REFERENCES[kind])}; got {references!r}")
+        references = tuple(references)
     val, test = _split(doc.get("split", {}), bad)
     limit = doc.get("time_limit_s", 10.0)
     if not isinstance(limit, numbers.Real) or isinstance(limit, bool) or limit <= 0:
@@ -73,10 +116,12 @@ def load_task_file(path: str | Path) -> TaskSpec:
     if not isinstance(params, dict) or (params and not data.startswith("synthetic:")):
         raise bad("params", "must be a mapping, and is only for synthetic:GENERATOR data")
     return TaskSpec(name=name, data=data, kind=kind, metric=metric, time_limit_s=float(limit), held_out=held_out,
-                    val=val, test=test, target=target, params=params, description=str(doc.get("description", "")))
+                    val=val, test=test, target=target, params=params, description=str(doc.get("description", "")),
+                    interface=interface, id_column=id_column, test_data=test_data, optional=optional,
+                    references=references)
 
 
-def _data(doc: dict, path: Path, bad) -> tuple[str, str | None]:
+def _data(doc: dict, path: Path, bad, max_data_mb: float) -> tuple[str, str | None]:
     data, target = str(doc["data"]), doc.get("target")
     source, _, arg = data.partition(":")
     if source == "bundled":
@@ -89,18 +134,30 @@ def _data(doc: dict, path: Path, bad) -> tuple[str, str | None]:
         return data, None
     file = Path(data).expanduser()
     file = file if file.is_absolute() else path.parent / file  # relative to the task file
-    if file.suffix not in (".csv", ".npz"):
-        raise bad("data", f"must be a .csv or .npz file, bundled:NAME or synthetic:GENERATOR; got {data!r}")
+    if file.suffix.lower() not in (*tabular.TABLE_SUFFIXES, ".npz"):
+        raise bad("data", f"must be a .csv, .parquet or .npz file, bundled:NAME or synthetic:GENERATOR; got {data!r}")
     if not file.is_file():
         raise bad("data", f"file {str(file)!r} does not exist")
-    if file.suffix == ".csv":
+    tabular.check_size(file, max_data_mb, f"task file {path}: field 'data'")
+    if tabular.is_table(str(file)):
         if not isinstance(target, str):
-            raise bad("target", "is required for CSV data: the name of the target column")
-        with open(file, newline="") as f:
-            header = next(csv.reader(f), [])
+            raise bad("target", "is required for CSV or Parquet data: the name of the target column")
+        header = _columns(file)
         if target not in header:
             raise bad("target", f"column {target!r} is not in {file.name} (columns: {', '.join(header)})")
+        id_column = doc.get("id_column")
+        if isinstance(id_column, str) and id_column not in header:
+            raise bad("id_column", f"column {id_column!r} is not in {file.name} (columns: {', '.join(header)})")
     return str(file.resolve()), target
+
+
+def _columns(file: Path) -> list[str]:
+    if file.suffix.lower() == ".csv":
+        with open(file, newline="") as f:
+            return next(csv.reader(f), [])
+    import pyarrow.parquet as pq
+
+    return list(pq.read_schema(file).names)
 
 
 def _split(split, bad) -> tuple[float, float]:

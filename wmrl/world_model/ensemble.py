@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from wmrl.config import Config, WorldModelConfig
 from wmrl.outcome import PREDICTED_STATUSES, Outcome, Status, error_line
 from wmrl.tasks.action import action_class
-from wmrl.sandbox.program import precheck  # the sandbox's own rule: the world model and the sandbox agree exactly
+from wmrl.sandbox.program import interface_of, precheck  # the sandbox's own rule: the world model and the sandbox agree exactly
 from wmrl.world_model.base import (N_STATUS, VALID_INDEX, WMPrediction, WMQuery, prechecked_prediction,
                                    reward_moments)
 from wmrl.world_model.model import EnsembleEncoder
@@ -181,7 +181,7 @@ class LearnedEnsembleWM:
         decided = torch.zeros(b, dtype=torch.bool)
         errors = [""] * b
         for i, q in enumerate(queries):
-            status, detail = decided_status(q.program)  # syntax, malformed, undefined names, unresolvable imports
+            status, detail = decided_status(q.program, interface_of(q.descriptor))  # syntax, malformed, undefined names, bad imports
             if status is not None:  # syntax error / malformed / certain runtime error: exact, zero variance
                 probs[i], reward_mean[i] = prechecked_prediction(status)
                 decided[i], errors[i] = True, error_line(detail)
@@ -234,7 +234,7 @@ class LearnedEnsembleWM:
             return False
         if o.status is Status.VALID and (o.pos is None or not math.isfinite(o.pos)):
             return False
-        return precheck(q.program)[0] is None
+        return precheck(q.program, interface_of(q.descriptor))[0] is None
 
     def _tensors(self, examples: list[tuple[WMQuery, Outcome]]) -> dict[str, torch.Tensor]:
         seqs = self.encode([q for q, _ in examples])

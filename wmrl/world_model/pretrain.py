@@ -28,7 +28,7 @@ def corpus_programs(tasks: list, per_task: int, broken_rate: float, seed: int) -
     from wmrl.policy import grammar
 
     rng = random.Random(seed)
-    return [(task, grammar.sample_program(task.kind, rng, broken_rate).source) for task in tasks for _ in range(per_task)]
+    return [(task, grammar.sample_for(task, rng, broken_rate).source) for task in tasks for _ in range(per_task)]
 
 
 def cache_key(cfg, tasks: list, per_task: int, epochs: int, logs: list[str], seed: int) -> str:
@@ -66,7 +66,8 @@ def pretrain(cfg, per_task: int = 24, epochs: int = 20, logs: list[str] = (), se
     programs = corpus_programs(tasks, per_task, cfg.policy.sft_invalid_rate, seed)
     from wmrl.sandbox import ExecRequest
 
-    with make_sandbox(cfg.sandbox, log_path=folder / f"{key}.executions.sqlite") as sandbox:
+    with make_sandbox(cfg.sandbox, log_path=folder / f"{key}.executions.sqlite",
+                      private_paths=suite.private_paths()) as sandbox:
         outcomes = sandbox.run([ExecRequest(task, src, "val", {"purpose": "wm_pretrain"}) for task, src in programs])
     examples, last_obs = [], {}
     for (task, src), outcome in zip(programs, outcomes):

@@ -30,6 +30,7 @@ import torch
 from wmrl.outcome import PREDICTED_STATUSES, Outcome, Status, error_line
 from wmrl.world_model.base import N_STATUS, WMPrediction, WMQuery, prechecked_prediction, reward_moments
 from wmrl.world_model.lm import FrozenLM
+from wmrl.sandbox.program import interface_of
 from wmrl.world_model.static import decided_status
 
 STATUS_NAMES = [s.value for s in PREDICTED_STATUSES]
@@ -172,7 +173,7 @@ class PromptedLMWM:
         errors, decided = [""] * b, torch.zeros(b, dtype=torch.bool)
         malformed = torch.zeros(b, dtype=torch.bool)
         for i, q in enumerate(queries):
-            status, detail = decided_status(q.program)
+            status, detail = decided_status(q.program, interface_of(q.descriptor))
             if status is not None:
                 probs[i], _ = prechecked_prediction(status)
                 decided[i], errors[i], pos_mean[i] = True, error_line(detail), 0.0

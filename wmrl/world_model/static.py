@@ -86,10 +86,10 @@ def static_check(source: str) -> tuple[Status | None, str]:
     return None, ""
 
 
-def decided_status(source: str) -> tuple[Status | None, str]:
+def decided_status(source: str, interface: str = "estimator") -> tuple[Status | None, str]:
     """(status, detail) of a program whose outcome needs no model: the sandbox's own pre-check (syntax,
     malformed), then the static checks above; (None, "") when a model must predict it."""
-    status, detail = precheck(source)
+    status, detail = precheck(source, interface)
     if status is None:
         status, detail = static_check(source)
     return status, detail
