@@ -45,10 +45,11 @@ from wmrl.benchmark.format import fmt  # noqa: E402
 # default's share of the run (3 of 30 steps).
 QUICK = ["rl.steps=12", "rollout.groups_per_step=4", "eval.every_n_steps=4", "env.warmup_steps=1"]
 # --standard: 3 seeds, long enough for sandbox_rl's gain over its warm start to stand out of its interval
-# (issue 13). Proposed from the measured 12-step runs at rl.lr=1e-4 (+0.011..+0.041 per 12 steps, no dip);
-# NOT yet run in full: estimated 55-65 min for sandbox_rl and wmrl x 3 seeds on an idle 2-core machine
-# (about 15 s per 6-group sandbox step, about 90 s per 96-sample-per-task evaluation, 3 evaluations).
-STANDARD = ["rl.steps=24", "rollout.groups_per_step=6", "eval.every_n_steps=12", "env.warmup_steps=2"]
+# (issue 13). Measured on the 2-core machine at load 4-7 (other jobs beside it): sandbox_rl 33 min per seed
+# (train 24 min, two 96-sample-per-task evaluations of about 4 min), wmrl 12 min, a new seed's warm start
+# about 7 min: about 2 h for both arms and 3 seeds under that load, roughly half on an idle machine.
+# Evaluations at the warm start and the end only: a mid-run one costs as much as 6 training steps.
+STANDARD = ["rl.steps=24", "rollout.groups_per_step=6", "eval.every_n_steps=24", "env.warmup_steps=2"]
 # A weak class made to look strong: a valid dummy ranks near the bottom of every leaderboard (reward ~0.5-0.6),
 # +0.4 lifts it above real forests inside a group, the error a policy can exploit and one global map cannot undo.
 DEFAULT_BIAS = {"dummy": 0.4}
