@@ -36,9 +36,16 @@ class TaskConfig:
 
 
 @dataclass
+class RayConfig:
+    address: Optional[str] = opt(None, "Ray cluster: null = start a local instance; auto or ray://host:port = an existing one")
+    slots_per_actor: int = opt(1, "warm-pool slots of each actor; sandbox.slots / this actors, spread over the nodes")
+    start_timeout_s: float = opt(300.0, "how long every actor's warm pool may take to start")
+
+
+@dataclass
 class SandboxConfig:
-    backend: str = opt("local", "where programs run: local (warm fork pool)")
-    slots: int = opt(0, "executions at once; 0 = number of CPU cores")
+    backend: str = opt("local", "where programs run: local (warm fork pool) | ray (warm pools in Ray actors)")
+    slots: int = opt(0, "executions at once (split over DDP ranks); 0 = CPU cores (ray: the cluster's CPUs)")
     isolation: str = opt("auto", "auto | bwrap | unshare | none (none must be asked for explicitly)")
     memory_mb: int = opt(2048, "address-space limit of one execution, MiB")
     max_procs: int = opt(32, "process/thread limit of one execution")
@@ -51,6 +58,7 @@ class SandboxConfig:
     cgroups: str = opt("auto", "per-slot cgroups (memory incl. shm/memfd, CPU quota, pids): auto | require | off")
     cpus_per_slot: float = opt(1.0, "CPU quota of one slot, cores (cgroup); a slot gets its own core if slots <= cores")
     worker_memory_mb: int = opt(512, "memory of a slot's warm worker on top of memory_mb (the slot's cgroup limit)")
+    ray: RayConfig = opt(RayConfig(), "the ray backend (each actor's pool has the local backend's isolation)")
 
 
 @dataclass
@@ -310,7 +318,7 @@ def load_config(overrides: list[str] | None = None, experiment: str | None = Non
 
 
 CHOICES = {
-    "sandbox.backend": ("local",),
+    "sandbox.backend": ("local", "ray"),
     "sandbox.isolation": ("auto", "bwrap", "unshare", "none"),
     "policy.arch": ("qwen2", "llama"),
     "generation.backend": ("hf", "vllm"),
