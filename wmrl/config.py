@@ -88,7 +88,7 @@ class GenerationConfig:
 
 @dataclass
 class RolloutConfig:
-    groups_per_step: int = opt(8, "task prompts per training step")
+    groups_per_step: int = opt(8, "task prompts per training step (all DDP ranks together)")
     group_size: int = opt(8, "completions per prompt (the GRPO group)")
     turns: int = opt(2, "forced turns per trajectory; reward = max over turns")
 
@@ -191,8 +191,8 @@ class LoggerConfig:
 @dataclass
 class TrainerConfig:
     accelerator: str = opt("auto", "Lightning accelerator")
-    devices: str = opt("1", "Lightning devices")
-    strategy: str = opt("auto", "Lightning strategy (e.g. ddp on several GPUs)")
+    devices: str = opt("1", "Lightning devices (ddp: processes, each rolling out its share of a step's groups)")
+    strategy: str = opt("auto", "Lightning strategy: ddp with devices=N runs N processes (GPUs, or CPU with gloo)")
     precision: str = opt("32-true", "Lightning precision")
     progress_bar: bool = opt(True, "show the progress bar")
 
@@ -350,6 +350,12 @@ def _check_choices(cfg: DictConfig) -> None:
     for key in ("rollout.groups_per_step", "rollout.group_size", "rollout.turns", "rl.steps", "rl.updates_per_batch"):
         if OmegaConf.select(cfg, key) < 1:
             raise ConfigError(f"config key {key!r} must be >= 1; got {OmegaConf.select(cfg, key)}")
+    from wmrl.distributed import world_size
+
+    world = world_size(cfg.trainer)
+    if cfg.rollout.groups_per_step % world:
+        raise ConfigError(f"rollout.groups_per_step ({cfg.rollout.groups_per_step}) must be a multiple of the {world} "
+                          f"DDP processes (trainer.devices): each rank rolls out an equal share of a step's groups")
 
 
 def defaults_yaml(schema: type = Config, indent: int = 0) -> str:
