@@ -91,7 +91,6 @@ class WMRLModule(L.LightningModule):
         stats: dict[str, float] = {"rl/active_share": len(rows) / max(1, len(batch)), "rl/adv_abs_mean": float(adv.abs().mean())}
         if distributed.all_sum(len(rows)) == 0:
             return stats  # every group of every rank tied: nothing to learn from this batch
-        temperature = self.temperature
         for update in range(cfg.updates_per_batch):
             opt.zero_grad(set_to_none=True)
             acc: dict[str, float] = {}

@@ -414,6 +414,7 @@ class LocalSandbox:
 
         return key, blobs
 
+
 def precheck_outcome(req: ExecRequest) -> Outcome | None:
     """The outcome of a program the pre-check already decides (malformed, syntax error), else None."""
     status, detail = precheck(req.program)
