@@ -288,8 +288,8 @@ def ray_overhead(args) -> None:
         print(f"| {key} | {r['n']} | {r['exec_per_s']:.2f} | {r['wall_mean_s']:.3f} | {r['overhead_mean_s']:.3f} "
               f"| {r['compute_mean_s']:.3f} |")
     for key, what in (("1slot", "one at a time, 1 slot"), ("2slots", "batch, 2 slots")):
-        print(f"ray vs local, {what}: +{res[f'ray_extra_overhead_ms_{key}']:.1f} ms overhead in the slot, "
-              f"+{res[f'ray_extra_wall_per_exec_ms_{key}']:.1f} ms wall per execution seen by the trainer")
+        print(f"ray vs local, {what}: {res[f'ray_extra_overhead_ms_{key}']:+.1f} ms overhead in the slot, "
+              f"{res[f'ray_extra_wall_per_exec_ms_{key}']:+.1f} ms wall per execution seen by the trainer")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(res, indent=2))
