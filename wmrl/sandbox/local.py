@@ -202,6 +202,7 @@ class LocalSandbox:
         self._closed = False
         # Test hook: called as hook(worker, attempt) before every attempt, e.g. to kill the worker.
         self._before_attempt: Callable[[_Worker, int], None] | None = None
+        self._core_locks, self.cores = [], []  # cores the slots are pinned to (claimed machine-wide), or none
         self._uid_lock, uid_base = _claim_uids(self.slots)
         self.uids = [uid_base + k for k in range(self.slots)]  # one private uid per slot, machine-wide unique
         self.cgroups = self._make_cgroups(str(cfg.cgroups), f"wmrl-sandbox-{uid_base}", float(cfg.cpus_per_slot),
@@ -262,6 +263,8 @@ class LocalSandbox:
             self.cgroups.remove()
         if self._log is not None:
             self._log.close()
+        for fd in self._core_locks:
+            os.close(fd)
         os.close(self._uid_lock)
 
     def __enter__(self) -> "LocalSandbox":
@@ -282,14 +285,17 @@ class LocalSandbox:
             raise ValueError(f"unknown sandbox.cgroups={mode!r}; valid: auto, require, off")
         if mode == "off" or self.isolation == "none":
             return None
-        cores = sorted(os.sched_getaffinity(0))
-        own_core = self.slots <= len(cores)  # pinning only when every slot gets a core to itself
+        # pinning only when every slot gets a core to itself, one no other sandbox here holds (DDP ranks, Ray actors)
+        self._core_locks, self.cores = _claim_cores(self.slots)
         limits = [SlotLimits(memory_bytes=(self.memory_mb + worker_mb) << 20, cpus=cpus,
-                             pids=self.max_procs + WORKER_PROCS, cpu=cores[k] if own_core else None)
+                             pids=self.max_procs + WORKER_PROCS, cpu=self.cores[k] if self.cores else None)
                   for k in range(self.slots)]
         try:
             return SlotCgroups(name, self.slots, limits)
         except CgroupsUnavailable as e:
+            for fd in self._core_locks:  # nothing is pinned: leave the cores to others
+                os.close(fd)
+            self._core_locks, self.cores = [], []
             if mode == "require":
                 raise IsolationUnavailable(f"sandbox.cgroups=require: {e}") from None
             log.warning(cgroups_describe(e))
@@ -473,6 +479,29 @@ def _claim_uids(slots: int) -> tuple[int, int]:
         except BlockingIOError:
             os.close(fd)
     raise RuntimeError("more than 200 sandboxes alive on this machine")
+
+
+def _claim_cores(n: int) -> tuple[list[int], list[int]]:
+    """(lock fds, cores): `n` cores of this process's affinity that no other live sandbox on this machine has
+    pinned slots to, or ([], []) when fewer are free. An flock per core, released by the kernel on death."""
+    lock_dir = "/tmp/wmrl-sandbox-cores"
+    os.makedirs(lock_dir, mode=0o700, exist_ok=True)
+    fds, cores = [], []
+    for core in sorted(os.sched_getaffinity(0)):
+        if len(cores) == n:
+            break
+        fd = os.open(f"{lock_dir}/{core}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fds.append(fd)
+            cores.append(core)
+        except BlockingIOError:
+            os.close(fd)
+    if len(cores) < n:
+        for fd in fds:
+            os.close(fd)
+        return [], []
+    return fds, cores
 
 
 def parse_predictions(data: bytes, cap_bytes: int) -> tuple[np.ndarray | None, str]:

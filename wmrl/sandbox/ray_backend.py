@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import fcntl
 import logging
 import math
 import os
@@ -62,8 +61,7 @@ class PoolActor:
     """Body of one Ray actor: a local warm pool of `slots` workers on the actor's node."""
 
     def __init__(self, sandbox_cfg: Any, slots: int):
-        self._cores = _claim_cores(slots)  # actors sharing a node must not pin their slots to the same cores
-        self.pool = LocalSandbox(_with_slots(sandbox_cfg, slots))
+        self.pool = LocalSandbox(_with_slots(sandbox_cfg, slots))  # its slots claim cores no other actor here holds
 
     def describe(self) -> dict:
         import ray
@@ -332,27 +330,3 @@ def _with_slots(cfg: Any, slots: int) -> Any:
     from omegaconf import OmegaConf
 
     return OmegaConf.merge(cfg, {"slots": slots, "backend": "local"})
-
-
-def _claim_cores(n: int) -> list[tuple[int, int]]:
-    """Claim `n` cores of this machine no other actor holds (an flock each, released when the process dies)
-    and restrict this thread to them, so the pool pins its slots there; none are claimed if too few are free.
-    Returns the (lock fd, core) pairs held."""
-    lock_dir = "/tmp/wmrl-sandbox-cores"
-    os.makedirs(lock_dir, mode=0o700, exist_ok=True)
-    held: list[tuple[int, int]] = []
-    for core in sorted(os.sched_getaffinity(0)):
-        if len(held) == n:
-            break
-        fd = os.open(f"{lock_dir}/{core}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            held.append((fd, core))
-        except BlockingIOError:
-            os.close(fd)
-    if len(held) < n:
-        for fd, _ in held:
-            os.close(fd)
-        return []
-    os.sched_setaffinity(0, [core for _, core in held])
-    return held
