@@ -1,6 +1,7 @@
 """Sandbox throughput: the warm zygote pool against a cold `python` subprocess per program.
 
     python benchmarks/sandbox_throughput.py [--out results.json] [--n 12] [--isolation auto]
+    python benchmarks/sandbox_throughput.py --backend ray [--ray-address ADDR]   # Ray overhead vs local
 
 Measures, in one run and on the same programs:
 - per-execution overhead (wall time minus the program's own fit+predict time) and executions/s
@@ -13,6 +14,10 @@ Measures, in one run and on the same programs:
 - the cost of loading the seccomp filter in a fresh child (where the sandbox has one).
 Targets: warm overhead <= 1/8 of cold; 2-slot efficiency >= 0.8; forest next to the hostile
 neighbour <= 1.5x its solo time. Run it against two checkouts back to back to compare them.
+
+With `--backend ray` it measures instead the per-execution overhead of the Ray backend (actors of one
+slot each, on a local Ray instance or `--ray-address`) against the local backend, on the same light
+programs: one at a time through one slot, and a batch through two slots.
 """
 from __future__ import annotations
 
@@ -29,9 +34,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from wmrl.config import SandboxConfig  # noqa: E402
+from wmrl.config import RayConfig, SandboxConfig  # noqa: E402
 from wmrl.outcome import Outcome, RawResult, Status, ladder_reward  # noqa: E402
-from wmrl.sandbox import ExecRequest  # noqa: E402
+from wmrl.sandbox import ExecRequest, make_sandbox  # noqa: E402
 from wmrl.sandbox.local import LocalSandbox  # noqa: E402
 
 LIGHT = """
@@ -85,8 +90,9 @@ class SyntheticTask:
                        reward=ladder_reward(Status.VALID, acc), split=split)
 
 
-def warm(task, program: str, n: int, slots: int, isolation: str, batch: bool) -> dict:
-    with LocalSandbox(SandboxConfig(slots=slots, isolation=isolation)) as sb:
+def warm(task, program: str, n: int, slots: int, isolation: str, batch: bool, backend: str = "local") -> dict:
+    cfg = SandboxConfig(backend=backend, slots=slots, isolation=isolation, ray=RayConfig(slots_per_actor=1))
+    with make_sandbox(cfg) as sb:
         sb.run([ExecRequest(task, program) for _ in range(slots)])  # start-up and data transfer, not measured
         t0 = time.monotonic()
         if batch:
@@ -208,7 +214,12 @@ def main() -> None:
     p.add_argument("--heavy-n", type=int, default=6, help="fit-dominated executions per parallel measurement")
     p.add_argument("--isolation", default="auto")
     p.add_argument("--rounds", type=int, default=3, help="rounds of the neighbour measurement")
+    p.add_argument("--backend", default="local", choices=("local", "ray"),
+                   help="ray: the Ray backend's per-execution overhead against the local backend")
+    p.add_argument("--ray-address", default=None, help="--backend ray: an existing cluster (default: a local instance)")
     args = p.parse_args()
+    if args.backend == "ray":
+        return ray_overhead(args)
 
     light_task = SyntheticTask(600, 10, "bench-light")
     heavy_task = SyntheticTask(3000, 20, "bench-heavy")
@@ -248,6 +259,39 @@ def main() -> None:
           f"(hostile/solo {nb['hostile_over_solo']:.2f}, target <= 1.5; hostile/benign {nb['hostile_over_benign']:.2f})")
     ms = res["seccomp_load_ms"]
     print(f"seccomp filter load per execution: {'n/a' if ms is None else f'{ms:.2f} ms'}")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(res, indent=2))
+
+
+def ray_overhead(args) -> None:
+    """Overhead per execution of the Ray backend vs the local one, same programs, same slots."""
+    import ray
+
+    ray.init(address=args.ray_address, include_dashboard=False, log_to_driver=False,
+             num_cpus=None if args.ray_address else 2)
+    task = SyntheticTask(600, 10, "bench-light")
+    res = {"cpu_count": os.cpu_count(), "isolation": args.isolation, "ray_address": args.ray_address or "local",
+           "loadavg_1min_at_start": os.getloadavg()[0]}
+    for backend in ("local", "ray"):
+        res[f"{backend}_1slot"] = warm(task, LIGHT, args.n, 1, args.isolation, batch=False, backend=backend)
+        res[f"{backend}_2slots"] = warm(task, LIGHT, args.n, 2, args.isolation, batch=True, backend=backend)
+    ray.shutdown()
+    res["loadavg_1min_at_end"] = os.getloadavg()[0]
+    for key in ("1slot", "2slots"):
+        res[f"ray_extra_overhead_ms_{key}"] = 1000 * (res[f"ray_{key}"]["overhead_mean_s"] - res[f"local_{key}"]["overhead_mean_s"])
+        res[f"ray_extra_wall_per_exec_ms_{key}"] = 1000 * (1 / res[f"ray_{key}"]["exec_per_s"] - 1 / res[f"local_{key}"]["exec_per_s"])
+    print(f"\ncpu cores: {res['cpu_count']}, isolation: {args.isolation}, ray: {res['ray_address']}, "
+          f"load average at start/end: {res['loadavg_1min_at_start']:.1f}/{res['loadavg_1min_at_end']:.1f}\n")
+    print("| measurement | n | executions/s | mean wall s | mean overhead s | mean fit+predict s |")
+    print("|---|---|---|---|---|---|")
+    for key in ("local_1slot", "ray_1slot", "local_2slots", "ray_2slots"):
+        r = res[key]
+        print(f"| {key} | {r['n']} | {r['exec_per_s']:.2f} | {r['wall_mean_s']:.3f} | {r['overhead_mean_s']:.3f} "
+              f"| {r['compute_mean_s']:.3f} |")
+    for key, what in (("1slot", "one at a time, 1 slot"), ("2slots", "batch, 2 slots")):
+        print(f"ray vs local, {what}: {res[f'ray_extra_overhead_ms_{key}']:+.1f} ms overhead in the slot, "
+              f"{res[f'ray_extra_wall_per_exec_ms_{key}']:+.1f} ms wall per execution seen by the trainer")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(res, indent=2))

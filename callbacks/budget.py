@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 from lightning.pytorch import Callback
 
+from wmrl import distributed
 from wmrl.corrections import AnchorBudget
 from wmrl.rollout import RolloutBatch
 from wmrl.tracking import log_metrics
@@ -15,7 +17,8 @@ from wmrl.tracking import log_metrics
 class AnchorBudgetCallback(Callback):
     """After the update: every valid anchor of the batch is a (WM score the policy trains on, real
     reward) pair — the corrected score, out of sample, when debiasing runs — with its action class.
-    Logs env/anchor_rate, env/recent_{spearman,mae,coverage,pairs} and guard/flagged, guard/gap/<class>,
+    Under DDP the budget observes every rank's anchors (gathered in rank order): each rank keeps the same
+    rate and guard. Logs env/anchor_rate, env/recent_{spearman,mae,coverage,pairs} and guard/flagged, guard/gap/<class>,
     guard/gap_lower/<class>. The budget (shared with the environment) goes into checkpoints."""
 
     def __init__(self, budget: AnchorBudget):
@@ -24,9 +27,11 @@ class AnchorBudgetCallback(Callback):
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: RolloutBatch, batch_idx: int) -> None:
         idx = torch.nonzero(batch.is_anchor & batch.valid & ~torch.isnan(batch.real_reward)
                             & ~torch.isnan(batch.wm_corrected)).flatten()
-        metrics = self.budget.observe(batch.wm_corrected[idx].cpu().numpy(), batch.real_reward[idx].cpu().numpy(),
-                                      batch.wm_corrected_var[idx].clamp_min(0).sqrt().cpu().numpy(),
-                                      [batch.strata["action_class"][i] for i in idx.tolist()])
+        ranks = distributed.gather((batch.wm_corrected[idx].cpu().numpy(), batch.real_reward[idx].cpu().numpy(),
+                                    batch.wm_corrected_var[idx].clamp_min(0).sqrt().cpu().numpy(),
+                                    [batch.strata["action_class"][i] for i in idx.tolist()]))
+        metrics = self.budget.observe(*(np.concatenate([r[k] for r in ranks]) for k in range(3)),
+                                      [c for r in ranks for c in r[3]])
         log_metrics(trainer.loggers, metrics, step=pl_module.rl_step)
 
     def state_dict(self) -> dict:

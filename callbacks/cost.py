@@ -7,6 +7,7 @@ from typing import Any
 
 from lightning.pytorch import Callback
 
+from wmrl import distributed
 from wmrl.rollout import RolloutBatch
 from wmrl.tracking import log_metrics
 
@@ -20,14 +21,19 @@ class CostCallback(Callback):
 
     Logs every rollout measurement of the batch (`time/generation_s`, `time/env_real_s`, ...),
     `time/step_s`, `throughput/steps_per_s` and the cumulative totals `cost/real_executions`,
-    `cost/sandbox_slot_s`, `cost/train_s`."""
+    `cost/sandbox_slot_s`, `cost/train_s`. Under DDP the step is every rank's: counts and slot-seconds are
+    summed over ranks, component times are the slowest rank's, and `time/step_s` is rank 0's (it waits for
+    the others at every gather; another rank's step would also count its wait for rank 0's evaluation)."""
 
     def __init__(self):
         self.totals = {**{k: 0.0 for k in CUMULATIVE}, "cost/train_s": 0.0}
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: RolloutBatch, batch_idx: int) -> None:
         step_s = batch.stats["time/rollout_s"] + (time.perf_counter() - batch.collected_at)
-        stats = dict(batch.stats)
+        ranks = distributed.gather({**batch.stats, "time/step_s": step_s})
+        stats = {k: (max if k.startswith("time/") else sum)(r[k] for r in ranks) for k in ranks[0]}
+        step_s = ranks[0]["time/step_s"]
+        del stats["time/step_s"]
         for k in CUMULATIVE:
             self.totals[k] += stats.pop(k)
         self.totals["cost/train_s"] += step_s

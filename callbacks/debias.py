@@ -8,6 +8,7 @@ import torch
 from lightning.pytorch import Callback
 from lightning.pytorch.loggers import MLFlowLogger
 
+from wmrl import distributed
 from wmrl.corrections import Debiaser, aggregate_turns, best_turn, correct_turns, turn_pairs
 from wmrl.rollout import RolloutBatch
 
@@ -19,7 +20,8 @@ class DebiasCallback(Callback):
     The same Debiaser is handed to the environment (it corrects the score shown to the agent)
     and to denoising (it calibrates anchor scores), so all three see one fit.
 
-    Logs debias/pairs, debias/bias_global, debias/strata (strata with their own fit) and, on steps
+    Under DDP the Debiaser learns from every rank's pairs (gathered in rank order), so each rank holds
+    the same fit. Logs debias/pairs, debias/bias_global, debias/strata (strata with their own fit) and, on steps
     with anchors, debias/mae_before and debias/mae_after (out of sample: the fit before those
     pairs). Every `table_every` batches and at the end of training the per-stratum table goes to
     MLflow as debias/strata_step_N.md when an MLFlowLogger is attached.
@@ -40,8 +42,8 @@ class DebiasCallback(Callback):
         # denoising's s² and the guard
         before_fit, before_var = correct_turns(d, wm[anchors], _rows(keys, anchors), wm_var[anchors])
         # every executed anchor turn is its own pair, filed under its own turn's stratum, weighted 1/p
-        pairs = turn_pairs(wm[anchors], real[anchors], _rows(keys, anchors),
-                           1.0 / batch.anchor_prob.detach().cpu().numpy()[anchors])
+        pairs = _of_every_rank(turn_pairs(wm[anchors], real[anchors], _rows(keys, anchors),
+                                          1.0 / batch.anchor_prob.detach().cpu().numpy()[anchors]))
         before, after = d.update(pairs[0], pairs[1], pairs[2], sample_weight=pairs[3])
         # each turn corrected in its own stratum, then the max: the trajectory's corrected WM score
         corrected, corrected_var = correct_turns(d, wm, keys, wm_var)
@@ -86,7 +88,7 @@ class DebiasCallback(Callback):
                               f"{r['resid_before']:+.4f} | {r['resid_after']:+.4f} |\n" for r in self.debiaser.table())
 
     def save_table(self, trainer: Any) -> None:
-        """Write the per-stratum table to every MLflow logger of the trainer."""
+        """Write the per-stratum table to every MLflow logger of the trainer (rank 0's: it alone has one)."""
         for logger in trainer.loggers:
             if isinstance(logger, MLFlowLogger):
                 logger.experiment.log_text(logger.run_id, self.table_markdown(),
@@ -98,6 +100,17 @@ class DebiasCallback(Callback):
     def load_state_dict(self, state_dict: dict) -> None:
         self.debiaser.load_state_dict(state_dict["debiaser"])
         self.batches = int(state_dict["batches"])
+
+
+def _of_every_rank(pairs: tuple) -> tuple:
+    """(wm, real, keys, sample_weight) pairs of every rank, concatenated in rank order."""
+    ranks = distributed.gather(pairs)
+    if len(ranks) == 1:
+        return pairs
+    wm, real = np.concatenate([r[0] for r in ranks]), np.concatenate([r[1] for r in ranks])
+    keys = None if pairs[2] is None else [k for r in ranks for k in r[2]]
+    weight = None if pairs[3] is None else np.concatenate([r[3] for r in ranks])
+    return wm, real, keys, weight
 
 
 def _rows(keys: list | None, mask: np.ndarray) -> list | None:

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from lightning.pytorch import Callback
 
+from wmrl import distributed
 from wmrl.corrections import anchor_upweight_weights, inverse_variance_weights, within_group_residual_s2
 from wmrl.rl import group_reward_std
 from wmrl.rollout import SOURCE_REAL, RolloutBatch
@@ -23,7 +25,8 @@ class DenoiseCallback(Callback):
     the within-group residual of calibrated WM scores on anchors, calibrated out of sample
     (`batch.wm_corrected`: the debias fit before those anchors' pairs; the raw score without it).
 
-    Logs denoise/weight_mean, denoise/weight_min, denoise/weight_max (valid rows) and, for
+    Under DDP weights are normalised over every rank's rows and s² is measured on every rank's anchors,
+    so each rank holds the same s². Logs denoise/weight_mean, denoise/weight_min, denoise/weight_max (valid rows) and, for
     anchor_upweight, denoise/s2.
     """
 
@@ -41,9 +44,13 @@ class DenoiseCallback(Callback):
 
     def update_s2(self, batch: RolloutBatch) -> None:
         idx, wm, real = batch.anchor_pairs
-        if not len(idx):
+        ranks = distributed.gather((batch.wm_corrected[idx].cpu(), real.cpu(), batch.group_ids[idx].cpu()))
+        calibrated, real = torch.cat([r[0] for r in ranks]), torch.cat([r[1] for r in ranks])
+        # group ids are a rank's own: keep two ranks' groups apart
+        groups = torch.cat([r[2] * len(ranks) + k for k, r in enumerate(ranks)])
+        if not len(real):
             return
-        s2 = within_group_residual_s2(batch.wm_corrected[idx].cpu(), real.cpu(), batch.group_ids[idx].cpu())
+        s2 = within_group_residual_s2(calibrated, real, groups)
         if s2 is not None:
             self.s2 = s2 if self.s2 is None else self.ema * self.s2 + (1.0 - self.ema) * s2
 
@@ -51,7 +58,8 @@ class DenoiseCallback(Callback):
         if self.method == "inverse_variance":
             w = inverse_variance_weights(batch.reward_var, batch.source == SOURCE_REAL, self.sigma_floor,
                                          self.w_min, self.w_max, batch.valid,
-                                         group_std=group_reward_std(batch.reward, batch.group_ids, batch.valid))
+                                         group_std=group_reward_std(batch.reward, batch.group_ids, batch.valid),
+                                         pool=_over_ranks)
         else:
             self.update_s2(batch)
             w = anchor_upweight_weights(batch.is_anchor, self.s2 or 0.0, self.c, self.w_max, batch.valid)
@@ -69,3 +77,9 @@ class DenoiseCallback(Callback):
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.s2 = state_dict["s2"]
+
+
+def _over_ranks(total: float, n: int) -> tuple[float, int]:
+    """A (sum, count) summed over every rank."""
+    ranks = distributed.gather((total, n))
+    return sum(t for t, _ in ranks), sum(c for _, c in ranks)

@@ -46,7 +46,8 @@ class StepProgressBar(TQDMProgressBar):
                 f"device {trainer.strategy.root_device} · steps: {h['arms']}")
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        print(self.header_line(trainer), file=self.stream, flush=True)
+        if trainer.is_global_zero:  # under DDP, one header (rank 0 alone has the MLflow run)
+            print(self.header_line(trainer), file=self.stream, flush=True)
         super().on_train_start(trainer, pl_module)
 
     def init_train_tqdm(self) -> Tqdm:

@@ -9,6 +9,7 @@ from typing import Any
 
 from lightning.pytorch import Callback
 
+from wmrl import distributed
 from wmrl.outcome import Status, render_observation
 from wmrl.rollout import RolloutBatch, TrajectoryRecord
 from wmrl.tracking import log_metrics
@@ -20,7 +21,9 @@ class WorldModelCallback(Callback):
     (warm-up, sandbox and anchor groups; infra errors left out), then fidelity on the anchored
     programs (`wm/spearman`, `wm/mae`, `wm/coverage_2sigma`, `wm/status_acc`), each anchored turn
     appended to `anchor_log` (jsonl) for reports. Logs `time/wm_train_s`, `wm/new_examples` and
-    the world model's own training stats. The world model's state goes into checkpoints."""
+    the world model's own training stats. The world model's state goes into checkpoints.
+    Under DDP every rank's world model learns from every rank's programs (gathered in rank order), so the
+    ranks' world models take identical updates; pass `anchor_log` on one rank only."""
 
     def __init__(self, world_model: WorldModel, suite, anchor_log: Path | None = None):
         self.world_model, self.suite, self.anchor_log = world_model, suite, anchor_log
@@ -44,19 +47,21 @@ class WorldModelCallback(Callback):
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: RolloutBatch, batch_idx: int) -> None:
         t0 = time.perf_counter()
-        examples = self.examples(batch.records)
+        ranks = distributed.gather((batch.records, batch.valid.tolist()))
+        records, valid = [r for rec, _ in ranks for r in rec], [v for _, val in ranks for v in val]
+        examples = self.examples(records)
         stats = {"wm/new_examples": float(len(examples))}
         if examples:
             stats.update({k if k.startswith("wm/") else f"wm/{k}": float(v)
                           for k, v in self.world_model.update(examples).items()})
-        stats.update(self.fidelity(batch))
+        stats.update(self.fidelity(records, valid, batch.step))
         stats["time/wm_train_s"] = time.perf_counter() - t0
-        stats.update(self.feedback_effect(batch))
+        stats.update(self.feedback_effect(records, valid))
         log_metrics(trainer.loggers, stats, step=pl_module.rl_step)
 
-    def fidelity(self, batch: RolloutBatch) -> dict:
-        """The world model against real execution on every anchored program of the batch."""
-        anchored = [r for r, ok in zip(batch.records, batch.valid.tolist()) if r.anchor and ok]
+    def fidelity(self, records: list[TrajectoryRecord], valid: list[bool], step: int) -> dict:
+        """The world model against real execution on every anchored program of a step's valid `records`."""
+        anchored = [r for r, ok in zip(records, valid) if r.anchor and ok]
         turns = [t for r in anchored for t in r.turns]
         if not turns:
             return {}
@@ -65,7 +70,7 @@ class WorldModelCallback(Callback):
                 for r in anchored:
                     for t in r.turns:
                         j = t.judgement
-                        f.write(json.dumps({"step": batch.step, "task": r.task, "action_class": t.action_class,
+                        f.write(json.dumps({"step": step, "task": r.task, "action_class": t.action_class,
                                             "wm_reward": j.wm_reward, "wm_var": j.wm_var, "real_reward": j.real.reward,
                                             "real_status": j.real.status.value, "wm_status": j.wm_status}) + "\n")
         js = [t.judgement for t in turns]
@@ -79,9 +84,9 @@ class WorldModelCallback(Callback):
         out["wm/obs_exact"] = sum(j.wm_observation == render_observation(j.real) for j in js) / len(js)
         return out
 
-    def feedback_effect(self, batch: RolloutBatch) -> dict:
+    def feedback_effect(self, records: list[TrajectoryRecord], valid: list[bool]) -> dict:
         """How often turn 2 improves on turn 1 (real rewards) after real vs predicted feedback, cumulative."""
-        for rec, ok in zip(batch.records, batch.valid.tolist()):
+        for rec, ok in zip(records, valid):
             if not (ok and rec.executed and len(rec.turns) >= 2):
                 continue
             first, second = rec.turns[0].judgement, rec.turns[1].judgement

@@ -78,10 +78,15 @@ def test_wrong_type_names_key_and_expected_type():
         load_config(["callbacks.debias.stratify_by=[color]"])
 
 
-@pytest.mark.parametrize("override", ["sandbox.backend=ray", "env.anchor_selection=greedy"])
+@pytest.mark.parametrize("override", ["sandbox.backend=slurm", "env.anchor_selection=greedy"])
 def test_a_choice_that_is_not_implemented_is_rejected_before_anything_runs(override):
     with pytest.raises(ConfigError, match="must be one of"):
         load_config([override])
+
+
+def test_the_ray_backend_is_a_valid_choice_with_its_own_section():
+    cfg = load_config(["sandbox.backend=ray", "sandbox.ray.address=auto", "sandbox.ray.slots_per_actor=2"])
+    assert (cfg.sandbox.backend, cfg.sandbox.ray.address, cfg.sandbox.ray.slots_per_actor) == ("ray", "auto", 2)
 
 
 def test_unknown_preset_lists_presets():

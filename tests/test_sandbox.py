@@ -196,6 +196,7 @@ def test_concurrent_sandboxes_get_disjoint_uids(sandbox, task):
     """A second sandbox's post-execution sweep must never reach the first one's programs."""
     with LocalSandbox(SandboxConfig(slots=2)) as other:
         assert not set(other.uids) & set(sandbox.uids)
+        assert not set(other.cores) & set(sandbox.cores)  # nor pin its slots to the first one's cores
         future = sandbox.submit([ExecRequest(task, SLEEP.format(s=1.0))])
         assert other.run([ExecRequest(task, GOOD)])[0].status is Status.VALID
         assert future.result(timeout=60)[0].status is Status.VALID

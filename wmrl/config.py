@@ -37,9 +37,16 @@ class TaskConfig:
 
 
 @dataclass
+class RayConfig:
+    address: Optional[str] = opt(None, "Ray cluster: null = start a local instance; auto or ray://host:port = an existing one")
+    slots_per_actor: int = opt(1, "warm-pool slots of each actor; sandbox.slots / this actors, spread over the nodes")
+    start_timeout_s: float = opt(300.0, "how long every actor's warm pool may take to start")
+
+
+@dataclass
 class SandboxConfig:
-    backend: str = opt("local", "where programs run: local (warm fork pool)")
-    slots: int = opt(0, "executions at once; 0 = number of CPU cores")
+    backend: str = opt("local", "where programs run: local (warm fork pool) | ray (warm pools in Ray actors)")
+    slots: int = opt(0, "executions at once (split over DDP ranks); 0 = CPU cores (ray: the cluster's CPUs)")
     isolation: str = opt("auto", "auto | bwrap | unshare | none (none must be asked for explicitly)")
     memory_mb: int = opt(2048, "address-space limit of one execution, MiB")
     max_procs: int = opt(32, "process/thread limit of one execution")
@@ -52,6 +59,7 @@ class SandboxConfig:
     cgroups: str = opt("auto", "per-slot cgroups (memory incl. shm/memfd, CPU quota, pids): auto | require | off")
     cpus_per_slot: float = opt(1.0, "CPU quota of one slot, cores (cgroup); a slot gets its own core if slots <= cores")
     worker_memory_mb: int = opt(512, "memory of a slot's warm worker on top of memory_mb (the slot's cgroup limit)")
+    ray: RayConfig = opt(RayConfig(), "the ray backend (each actor's pool has the local backend's isolation)")
 
 
 @dataclass
@@ -87,7 +95,7 @@ class GenerationConfig:
 
 @dataclass
 class RolloutConfig:
-    groups_per_step: int = opt(8, "task prompts per training step")
+    groups_per_step: int = opt(8, "task prompts per training step (all DDP ranks together)")
     group_size: int = opt(8, "completions per prompt (the GRPO group)")
     turns: int = opt(2, "forced turns per trajectory; reward = max over turns")
 
@@ -198,8 +206,8 @@ class LoggerConfig:
 @dataclass
 class TrainerConfig:
     accelerator: str = opt("auto", "Lightning accelerator")
-    devices: str = opt("1", "Lightning devices")
-    strategy: str = opt("auto", "Lightning strategy (e.g. ddp on several GPUs)")
+    devices: str = opt("1", "Lightning devices (ddp: processes, each rolling out its share of a step's groups)")
+    strategy: str = opt("auto", "Lightning strategy: ddp with devices=N runs N processes (GPUs, or CPU with gloo)")
     precision: str = opt("32-true", "Lightning precision")
     progress_bar: bool = opt(True, "show the progress bar")
 
@@ -325,7 +333,7 @@ def load_config(overrides: list[str] | None = None, experiment: str | None = Non
 
 
 CHOICES = {
-    "sandbox.backend": ("local",),
+    "sandbox.backend": ("local", "ray"),
     "sandbox.isolation": ("auto", "bwrap", "unshare", "none"),
     "policy.arch": ("qwen2", "llama"),
     "generation.backend": ("hf", "vllm"),
@@ -368,6 +376,12 @@ def _check_choices(cfg: DictConfig) -> None:
     for key in ("rollout.groups_per_step", "rollout.group_size", "rollout.turns", "rl.steps", "rl.updates_per_batch"):
         if OmegaConf.select(cfg, key) < 1:
             raise ConfigError(f"config key {key!r} must be >= 1; got {OmegaConf.select(cfg, key)}")
+    from wmrl.distributed import world_size
+
+    world = world_size(cfg.trainer)
+    if cfg.rollout.groups_per_step % world:
+        raise ConfigError(f"rollout.groups_per_step ({cfg.rollout.groups_per_step}) must be a multiple of the {world} "
+                          f"DDP processes (trainer.devices): each rank rolls out an equal share of a step's groups")
 
 
 def defaults_yaml(schema: type = Config, indent: int = 0) -> str:

@@ -2,6 +2,9 @@
 
 Callbacks have already corrected `batch.reward` and set `batch.weight` when `training_step` runs;
 world-model training, cost accounting and evaluation are callbacks of their own (`callbacks/`).
+Under DDP each rank holds its share of the step's groups: the loss is a mean over every rank's valid
+trajectories and the gradient is summed over ranks, so the update is the one a single process would
+take on the union of the ranks' batches.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import lightning as L
 import numpy as np
 import torch
 
+from wmrl import distributed
 from wmrl.rollout import SOURCE_REAL, RolloutBatch
 from wmrl.rl import group_advantages, policy_loss, token_entropy
 from wmrl.seeding import stream_seed
@@ -69,32 +73,45 @@ class WMRLModule(L.LightningModule):
         stats = self._policy_update(batch)
         self.rl_step = batch.step + 1
         valid = batch.valid
-        log_metrics(self.trainer.loggers, {
-            **stats, "time/policy_train_s": time.perf_counter() - t0,
-            "reward/train_mean": _mean(batch.reward[valid]),
-            "reward/wm_raw_mean": _nanmean(batch.wm_reward[valid]),
-            "reward/real_mean": _nanmean(batch.real_reward[valid]),
-            "rollout/anchor_share": float(batch.is_anchor.float().mean()),
-            "rollout/real_share": float((batch.source == SOURCE_REAL).float().mean()),
-        }, step=self.rl_step)
-        self.log_dict({"reward": _mean(batch.reward[valid])}, prog_bar=True, logger=False, on_step=True,
+        means = _means_over_ranks({  # every rank's rows
+            "reward/train_mean": batch.reward[valid], "reward/wm_raw_mean": batch.wm_reward[valid],
+            "reward/real_mean": batch.real_reward[valid], "rollout/anchor_share": batch.is_anchor.float(),
+            "rollout/real_share": (batch.source == SOURCE_REAL).float()})
+        log_metrics(self.trainer.loggers, {**stats, "time/policy_train_s": time.perf_counter() - t0, **means},
+                    step=self.rl_step)
+        self.log_dict({"reward": means["reward/train_mean"]}, prog_bar=True, logger=False, on_step=True,
                       batch_size=len(batch))
 
     def _policy_update(self, batch: RolloutBatch) -> dict:
         cfg = self.rl
         adv = group_advantages(batch.reward, batch.group_ids, batch.weight, batch.valid, cfg.scale_rewards,
                                std_floor=cfg.adv_std_floor)
-        n_valid = int(batch.valid.sum())
+        n_valid = distributed.all_sum(int(batch.valid.sum()))  # every rank's valid trajectories
         active = batch.valid & (adv != 0) if cfg.kl_beta == 0 else batch.valid
         rows = torch.nonzero(active).flatten()  # rows with A = 0 and no KL term add exactly 0: skip their compute
         opt = self.optimizers()
         stats: dict[str, float] = {"rl/active_share": len(rows) / max(1, len(batch)), "rl/adv_abs_mean": float(adv.abs().mean())}
-        if len(rows) == 0:
-            return stats  # every group tied: nothing to learn from this batch
-        temperature = self.temperature
+        if distributed.all_sum(len(rows)) == 0:
+            return stats  # every group of every rank tied: nothing to learn from this batch
         for update in range(cfg.updates_per_batch):
             opt.zero_grad(set_to_none=True)
             acc: dict[str, float] = {}
+            # ranks run different numbers of micro-batches: DDP's per-backward sync is off, gradients are summed once
+            with opt.toggle_model(sync_grad=False):
+                self._accumulate(batch, rows, adv, n_valid, acc)
+            distributed.sum_gradients(list(self.policy.parameters()))
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.grad_clip)
+            opt.step()
+            acc["loss"] = distributed.all_sum(acc.get("loss", 0.0))  # the loss over every rank's rows
+            acc["grad_norm"] = float(grad_norm)
+        stats.update({f"rl/{k}": v for k, v in acc.items()})
+        return stats
+
+    def _accumulate(self, batch: RolloutBatch, rows: torch.Tensor, adv: torch.Tensor, n_valid: float, acc: dict) -> None:
+        """Backward passes of this rank's `rows`, micro-batch by micro-batch, into the gradients; `acc` gets
+        the loss (its share of the mean over `n_valid` trajectories) and per-row diagnostics."""
+        cfg, temperature = self.rl, self.temperature
+        if len(rows):
             for chunk in rows.split(cfg.micro_batch_size):
                 width = int(batch.attention_mask[chunk].sum(1).max())
                 ids, attn = batch.input_ids[chunk, :width], batch.attention_mask[chunk, :width]
@@ -111,17 +128,23 @@ class WMRLModule(L.LightningModule):
                 acc["loss"] = acc.get("loss", 0.0) + float(loss.detach()) * share
                 for k, v in {"entropy": entropy, **s}.items():  # diagnostics: means over the rows trained on
                     acc[k] = acc.get(k, 0.0) + float(v.detach()) * len(chunk) / len(rows)
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.grad_clip)
-            opt.step()
-            acc["grad_norm"] = float(grad_norm)
-        stats.update({f"rl/{k}": v for k, v in acc.items()})
-        return stats
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["wmrl"] = {"rl_step": self.rl_step}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self.rl_step = checkpoint["wmrl"]["rl_step"]
+
+
+def _means_over_ranks(columns: dict[str, torch.Tensor]) -> dict[str, float]:
+    """The NaN-ignoring mean of each column over every rank's rows."""
+    local = {k: (float(torch.nansum(x.float())), int((~torch.isnan(x.float())).sum())) for k, x in columns.items()}
+    ranks = distributed.gather(local)
+    out = {}
+    for k in columns:
+        total, n = sum(r[k][0] for r in ranks), sum(r[k][1] for r in ranks)
+        out[k] = total / n if n else math.nan
+    return out
 
 
 def _mean(x: torch.Tensor) -> float:

@@ -20,6 +20,7 @@ import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from wmrl import distributed
 from wmrl.outcome import Outcome, Status, render_observation
 from wmrl.world_model import WorldModel
 
@@ -120,9 +121,11 @@ class Parts:
 
 
 def build(cfg: DictConfig, run_dir: Path, suite, wrap_world_model: Callable[[WorldModel], WorldModel] | None = None,
-          progress: bool = False) -> Parts:
+          progress: bool = False, rank: int = 0, world: int = 1) -> Parts:
     """The one place the config becomes objects, around the task `suite` (`wmrl.tasks.load_suite(cfg.task)`).
-    `wrap_world_model`: a scenario installed around the world model (benchmarks: a biased one)."""
+    `wrap_world_model`: a scenario installed around the world model (benchmarks: a biased one).
+    `rank`, `world`: this process under DDP: it rolls out its share of each step's groups with its share of
+    the sandbox slots; rank 0 alone evaluates and writes the anchor log."""
     from callbacks import AnchorBudgetCallback, CostCallback, EvaluationCallback, WorldModelCallback, correction_callbacks
     from wmrl.corrections import AnchorBudget
     from datamodules.rollout import RolloutDataModule
@@ -144,7 +147,8 @@ def build(cfg: DictConfig, run_dir: Path, suite, wrap_world_model: Callable[[Wor
         world_model = make_world_model(cfg.world_model, seed=cfg.seed, base_model=cfg.policy.model)
         if wrap_world_model is not None:
             world_model = wrap_world_model(world_model)
-    sandbox = make_sandbox(cfg.sandbox, log_path=run_dir / "executions.sqlite", private_paths=suite.private_paths())
+    sandbox = make_sandbox(_sandbox_share(cfg.sandbox, world), log_path=run_dir / "executions.sqlite",
+                           private_paths=suite.private_paths())
 
     # the step's path: rollout (environment, generator) -> corrections -> policy update -> world model
     debiaser, callbacks = correction_callbacks(cfg.callbacks)
@@ -154,19 +158,28 @@ def build(cfg: DictConfig, run_dir: Path, suite, wrap_world_model: Callable[[Wor
     generator = make_generator(cfg.generation, policy, tok, chat.eos_ids)
     sync = WeightSync(generator, policy)
     sampling = Sampling(cfg.generation.temperature, cfg.generation.top_p, cfg.generation.max_new_tokens)
-    rollout = Rollout(tok, chat, generator, env, suite, cfg.rollout.turns, sampling, cfg.policy.max_length, cfg.seed)
+    rollout = Rollout(tok, chat, generator, env, suite, cfg.rollout.turns, sampling, cfg.policy.max_length, cfg.seed,
+                      rank=rank, world=world)
     data = RolloutDataModule(rollout, sync, train_tasks, cfg.rollout.groups_per_step, cfg.rollout.group_size,
                              cfg.rl.steps, cfg.seed, async_anchors=cfg.env.mode == "wm" and cfg.env.async_anchors)
     module = WMRLModule(policy, cfg.rl, cfg.generation.temperature, cfg.seed,
                         max_completion_tokens=dr_grpo_normaliser(cfg.generation.max_new_tokens, cfg.rollout.turns))
     if world_model is not None:
-        callbacks.append(WorldModelCallback(world_model, suite, anchor_log=run_dir / "anchor_pairs.jsonl"))
+        callbacks.append(WorldModelCallback(world_model, suite, anchor_log=run_dir / "anchor_pairs.jsonl" if rank == 0 else None))
         callbacks.append(AnchorBudgetCallback(budget))
     cost = CostCallback()
     evaluation = EvaluationCallback(Evaluator(rollout, eval_tasks, cfg.eval, cfg.logger.samples_per_eval), sync,
                                     cfg.eval.every_n_steps, cfg.rl.steps, at_start=cfg.eval.at_start)
     return Parts(suite, sandbox, policy, warm, world_model, debiaser, env, rollout, data, module,
-                 [*callbacks, cost, evaluation], cost, evaluation)
+                 [*callbacks, cost, *([evaluation] if rank == 0 else [])], cost, evaluation)
+
+
+def _sandbox_share(sandbox_cfg: DictConfig, world: int) -> DictConfig:
+    """One rank's sandbox: `sandbox.slots` (0: every core) shared out over the ranks, at least one each."""
+    if world == 1:
+        return sandbox_cfg
+    total = int(sandbox_cfg.slots) or os.cpu_count() or 1
+    return OmegaConf.merge(sandbox_cfg, {"slots": max(1, total // world)})
 
 
 def train(cfg: DictConfig, wrap_world_model: Callable[[WorldModel], WorldModel] | None = None) -> dict:
@@ -181,17 +194,35 @@ def train(cfg: DictConfig, wrap_world_model: Callable[[WorldModel], WorldModel] 
 
     # Oversubscribed cores make torch's OpenMP threads spin: on 2 cores with a busy sandbox, 2 threads
     # ran a training step 15x slower than 1 thread.
-    torch.set_num_threads(cfg.threads if cfg.threads > 0 else max(1, (os.cpu_count() or 2) // 2))
+    world, rank = distributed.world_size(cfg.trainer), distributed.rank()
+    cores = os.cpu_count() or 2
+    torch.set_num_threads(cfg.threads if cfg.threads > 0 else max(1, cores // 2 // world))
     _quiet()
     L.seed_everything(cfg.seed, workers=True, verbose=False)
-    run_dir, ckpt_path = run_directory(cfg)
-    OmegaConf.save(cfg, run_dir / ("config.yaml" if ckpt_path is None else "config.resumed.yaml"))
+    if rank == 0:
+        run_dir, ckpt_path = run_directory(cfg)
+        OmegaConf.save(cfg, run_dir / ("config.yaml" if ckpt_path is None else "config.resumed.yaml"))
+        # the processes Lightning starts for the other ranks inherit this environment: one run directory
+        os.environ[distributed.RUN_ENV] = json.dumps({"run_dir": str(run_dir), "ckpt": ckpt_path})
+    else:
+        shared = json.loads(os.environ[distributed.RUN_ENV])
+        run_dir, ckpt_path = Path(shared["run_dir"]), shared["ckpt"]
     suite = load_suite(cfg.task)
     for task in suite.train_tasks() + suite.eval_tasks():  # build missing leaderboards now, not in a sandbox slot mid-step
         task.leaderboard()
-    parts = build(cfg, run_dir, suite, wrap_world_model, progress=cfg.trainer.progress_bar)
+    parts = build(cfg, run_dir, suite, wrap_world_model, progress=cfg.trainer.progress_bar, rank=rank, world=world)
     checkpoint = ModelCheckpoint(dirpath=run_dir / "checkpoints", save_last=True, save_top_k=0,
                                  every_n_train_steps=cfg.rl.updates_per_batch)
+    bar = StepProgressBar(cfg.rl.steps, {"preset": cfg.name, "run_dir": run_dir, "arms": arms(cfg),
+                                          "experiment": cfg.logger.experiment_name}, parts.cost,
+                          parts.evaluation, enabled=cfg.trainer.progress_bar and rank == 0)
+    if rank > 0:  # MLflow, the execution log's rewind and the report are rank 0's
+        trainer = _trainer(cfg, False, [*parts.callbacks, bar, checkpoint], rank, world)
+        try:
+            trainer.fit(parts.module, datamodule=parts.data, ckpt_path=ckpt_path)
+        finally:
+            parts.sandbox.close()
+        return {"run_dir": str(run_dir), "rank": rank, "steps": parts.module.rl_step}
 
     # tracking: a resumed run continues its MLflow run, and its execution log is rewound to the checkpoint
     run_id_file = run_dir / "mlflow_run_id"
@@ -211,15 +242,7 @@ def train(cfg: DictConfig, wrap_world_model: Callable[[WorldModel], WorldModel] 
         logger.experiment.set_tag(logger.run_id, "run_dir", str(run_dir.resolve()))
         logger.experiment.set_tag(logger.run_id, "warm_start", json.dumps(parts.warm_start))
 
-    bar = StepProgressBar(cfg.rl.steps, {"preset": cfg.name, "run_dir": run_dir, "arms": arms(cfg),
-                                          "experiment": cfg.logger.experiment_name}, parts.cost,
-                          parts.evaluation, enabled=cfg.trainer.progress_bar)
-    trainer = L.Trainer(
-        max_epochs=1, logger=logger, callbacks=[*parts.callbacks, bar, checkpoint],
-        accelerator=cfg.trainer.accelerator, devices=_devices(cfg.trainer.devices), strategy=cfg.trainer.strategy,
-        precision=cfg.trainer.precision, enable_progress_bar=True, enable_model_summary=False,  # the bar obeys trainer.progress_bar
-        log_every_n_steps=1, num_sanity_val_steps=0, limit_val_batches=0,
-    )
+    trainer = _trainer(cfg, logger, [*parts.callbacks, bar, checkpoint], rank, world)
     try:
         trainer.fit(parts.module, datamodule=parts.data, ckpt_path=ckpt_path)
     finally:
@@ -234,6 +257,19 @@ def train(cfg: DictConfig, wrap_world_model: Callable[[WorldModel], WorldModel] 
     return summary
 
 
+
+
+def _trainer(cfg: DictConfig, logger, callbacks: list, rank: int, world: int) -> L.Trainer:
+    trainer = L.Trainer(
+        max_epochs=1, logger=logger, callbacks=callbacks,
+        accelerator=cfg.trainer.accelerator, devices=_devices(cfg.trainer.devices), strategy=cfg.trainer.strategy,
+        precision=cfg.trainer.precision, enable_progress_bar=True, enable_model_summary=False,  # the bar obeys trainer.progress_bar
+        log_every_n_steps=1, num_sanity_val_steps=0, limit_val_batches=0,
+    )
+    if (trainer.global_rank, trainer.world_size) != (rank, world):  # the parts were built for (rank, world)
+        raise RuntimeError(f"Lightning runs this process as rank {trainer.global_rank} of {trainer.world_size}, the "
+                           f"config says rank {rank} of {world}: only single-node ddp with trainer.devices=N is supported")
+    return trainer
 
 
 def report(run_dir: Path, logger, checkpoint: str | None, figures: bool) -> dict:

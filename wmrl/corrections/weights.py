@@ -1,6 +1,8 @@
 """Denoising: per-trajectory loss weights that trust a reward in proportion to its precision."""
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import torch
 
@@ -9,7 +11,8 @@ from wmrl.corrections.isotonic import apply_isotonic, fit_isotonic
 
 def inverse_variance_weights(var: torch.Tensor, is_real: torch.Tensor, sigma_floor: float, w_min: float,
                              w_max: float, valid: torch.Tensor | None = None, group_std: torch.Tensor | None = None,
-                             adv_floor: float = 1.0) -> torch.Tensor:
+                             adv_floor: float = 1.0,
+                             pool: Callable[[float, int], tuple[float, int]] | None = None) -> torch.Tensor:
     """Per-trajectory loss weights from each reward's variance, on the scale they act on: advantages.
 
     A group advantage is (r_i − b_g)/s_g, so reward noise σ_i² reaches it as σ_i²/s_g²: the same
@@ -28,7 +31,8 @@ def inverse_variance_weights(var: torch.Tensor, is_real: torch.Tensor, sigma_flo
 
     Without `group_std` (legacy, reward scale): w_i ∝ 1/(σ_i² + σ_floor²), real rows at σ² = 0.
 
-    Weights are normalised to mean 1 over valid rows, then clipped to [w_min, w_max]. A WM row
+    Weights are normalised to mean 1 over valid rows, then clipped to [w_min, w_max]. `pool` maps this
+    batch's (sum, count) of counted precisions to those the mean is taken over (DDP: every rank's rows). A WM row
     with unknown (NaN) variance is trusted least (w_min); invalid rows get 0; all-real gives 1.
     """
     valid = torch.ones_like(is_real, dtype=torch.bool) if valid is None else valid.bool()
@@ -44,7 +48,11 @@ def inverse_variance_weights(var: torch.Tensor, is_real: torch.Tensor, sigma_flo
         counted = valid & (s2 > 1e-12)
         precision = torch.where(counted, 1.0 / (var / s2.clamp_min(1e-12) + adv_floor**2), torch.ones_like(var))
     precision = torch.where(valid, precision, torch.zeros_like(precision))
-    w = precision / precision[counted].mean() if counted.any() else precision
+    if pool is None:
+        w = precision / precision[counted].mean() if counted.any() else precision
+    else:
+        total, n = pool(float(precision[counted].sum()), int(counted.sum()))
+        w = precision / (total / n) if n else precision
     w = torch.where(counted, w.clamp(w_min, w_max), torch.ones_like(w) if group_std is not None else w)
     return torch.where(valid, w, torch.zeros_like(w))
 

@@ -5,6 +5,10 @@ Training and evaluation share the turn loop (`_play`); they differ in routing (t
 groups to the world model or the sandbox, evaluation executes everything on the hidden split) and
 in their sampling streams. Training anchors may execute in the background (`BackgroundAnchors`)
 and join the next step's batch.
+
+Under DDP (`world` > 1) every rank routes all of a step's groups alike and plays its own share of them
+(`distributed.shard`), sampling with its own streams: a step's data, routing and anchors are those of
+one process over the same groups.
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import time
 import numpy as np
 from dataclasses import dataclass
 
+from wmrl import distributed
 from wmrl.env import EnvTimes, Environment
 from wmrl.rollout.batch import RolloutBatch, make_batch
 from wmrl.rollout.types import Trajectory, Turn, TurnItem
@@ -32,23 +37,29 @@ class Sampling:
 
 class Rollout:
     def __init__(self, tokenizer, chat, generator, env: Environment, suite, turns: int, sampling: Sampling,
-                 max_length: int, seed: int):
+                 max_length: int, seed: int, rank: int = 0, world: int = 1):
         self.tok, self.chat, self.generator, self.env, self.suite = tokenizer, chat, generator, env, suite
         self.turns, self.sampling, self.max_length, self.seed = turns, sampling, max_length, seed
+        self.rank, self.world = rank, world
+        self.own_streams = f"/rank{rank}" if world > 1 else ""  # a rank's sampling streams (one process: none)
         self.anchors = BackgroundAnchors(env)
 
     def collect_train(self, step: int, tasks: list, group_size: int, defer: bool = False) -> RolloutBatch:
-        """One training batch of `len(tasks)` groups, routed by the environment. `defer`: anchor groups
-        execute in the background and join the next step's batch (importance-weighted there by their
-        recorded sampling log-probs); last step's deferred anchors join this one."""
+        """One training batch of this rank's share of the `len(tasks)` groups, routed by the environment.
+        `defer`: anchor groups execute in the background and join the next step's batch (importance-weighted
+        there by their recorded sampling log-probs); last step's deferred anchors join this one."""
         rng = random.Random(stream_seed(self.seed, step, "train"))
         times = EnvTimes()
         carried = self.anchors.resolve(times)
-        executed, scored = self.env.routing(len(tasks), step, rng)
+        executed, scored = self.env.routing(len(tasks), step, rng)  # all groups, as one process routes them
+        anchored = [e and s for e, s in zip(executed, scored)]
+        # deferring must leave every rank a group to train on now (an empty batch has no update)
+        defer = defer and all(not all(distributed.shard(anchored, r, self.world)) for r in range(self.world))
+        tasks, executed, scored = (distributed.shard(x, self.rank, self.world) for x in (tasks, executed, scored))
         defer = defer and any(e and s for e, s in zip(executed, scored))
         trajs = self._start(tasks, group_size, executed, scored, defer)
         t_gen = self._play(trajs, step, "train", "val", self.sampling.temperature, times)
-        todo, prob = self.env.after_scoring(trajs, np.random.default_rng(stream_seed(self.seed, step, "anchors")))
+        todo, prob = self.env.after_scoring(trajs, np.random.default_rng(stream_seed(self.seed, step, "anchors" + self.own_streams)))
         self._execute_now([t for t, x in zip(trajs, todo) if x], [p for p, x in zip(prob, todo) if x], step, times)
         later = [t for t in trajs if t.deferred]
         if later:
@@ -97,13 +108,14 @@ class Rollout:
               times: EnvTimes, sample_step: int | None = None) -> float:
         """K turns: generate, judge, append the observation. Returns the seconds spent generating."""
         seed_step = step if sample_step is None else sample_step
+        own = self.own_streams if purpose == "train" else ""  # evaluation runs on one rank, as in one process
         t_gen = 0.0
         for turn in range(self.turns):
             t0 = time.perf_counter()
             room = max(8, min(self.sampling.max_new_tokens, self.max_length - max(len(t.ids) for t in trajs)))
             completions = self.generator.generate(
                 [t.ids for t in trajs], temperature=temperature, top_p=self.sampling.top_p, max_new_tokens=room,
-                seed=stream_seed(self.seed, seed_step, f"{purpose}/gen/{turn}"))
+                seed=stream_seed(self.seed, seed_step, f"{purpose}/gen/{turn}{own}"))
             t_gen += time.perf_counter() - t0
             items = []
             for k, (t, c) in enumerate(zip(trajs, completions)):
@@ -125,10 +137,19 @@ class Rollout:
         return t_gen
 
     def state_dict(self) -> dict:
-        return {"pending_anchors": self.anchors.state_dict()}
+        """Every rank's pending anchors (a checkpoint is written by rank 0 alone; each rank resumes its own)."""
+        if self.world == 1:
+            return {"pending_anchors": self.anchors.state_dict()}
+        return {"pending_anchors_by_rank": distributed.gather(self.anchors.state_dict())}
 
     def load_state_dict(self, state: dict) -> None:
-        self.anchors.load_state_dict(state.get("pending_anchors"))
+        if "pending_anchors_by_rank" in state:
+            by_rank = state["pending_anchors_by_rank"]
+            if len(by_rank) != self.world:
+                raise ValueError(f"the checkpoint was written by {len(by_rank)} processes; resume it with as many")
+            self.anchors.load_state_dict(by_rank[self.rank])
+        else:
+            self.anchors.load_state_dict(state.get("pending_anchors"))
 
 
 class BackgroundAnchors:

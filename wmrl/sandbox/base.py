@@ -1,4 +1,4 @@
-"""The `Sandbox` protocol every backend offers (local warm pool now, Ray later), and its factory."""
+"""The `Sandbox` protocol every backend offers (local warm pool, Ray actors of warm pools), and its factory."""
 from __future__ import annotations
 
 from concurrent.futures import Future
@@ -49,4 +49,8 @@ def make_sandbox(sandbox_cfg: Any, log_path: str | None = None, private_paths: S
         from wmrl.sandbox.local import LocalSandbox
 
         return LocalSandbox(sandbox_cfg, log_path=log_path, private_paths=private_paths)
-    raise ValueError(f"unknown sandbox.backend={sandbox_cfg.backend!r}; valid: local")
+    if sandbox_cfg.backend == "ray":
+        from wmrl.sandbox.ray_backend import RaySandbox
+
+        return RaySandbox(sandbox_cfg, log_path=log_path, private_paths=private_paths)
+    raise ValueError(f"unknown sandbox.backend={sandbox_cfg.backend!r}; valid: local, ray")

@@ -23,6 +23,7 @@ import time
 import traceback
 from collections import OrderedDict
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -44,6 +45,16 @@ ANSWER_MARGIN_S = 10.0  # beyond the program's limit: sweep, teardown and transf
 STDERR_TAIL_CHARS = 2000  # what an Outcome carries; the log keeps the full capped tail
 WORKER_PROCS = 8  # processes of a warm worker itself (bwrap, zygote, template, sweep helper), on top of max_procs
 SANDBOX_STATUSES = {s.value: s for s in (Status.VALID, Status.RUNTIME_ERROR, Status.TIMEOUT, Status.NO_VALID_OUTPUT)}
+
+
+@dataclass
+class RawExecution:
+    """One execution as a warm worker ended it, before the task judged it: what a Ray actor sends back,
+    so hidden labels, leaderboards and the execution log stay with the trainer."""
+
+    raw: RawResult
+    attempts: int  # tries it took, lost ones included
+    stdout_tail: str = ""
 
 
 class WorkerLost(Exception):
@@ -197,6 +208,7 @@ class LocalSandbox:
         self._closed = False
         # Test hook: called as hook(worker, attempt) before every attempt, e.g. to kill the worker.
         self._before_attempt: Callable[[_Worker, int], None] | None = None
+        self._core_locks, self.cores = [], []  # cores the slots are pinned to (claimed machine-wide), or none
         self._uid_lock, uid_base = _claim_uids(self.slots)
         self.uids = [uid_base + k for k in range(self.slots)]  # one private uid per slot, machine-wide unique
         self.cgroups = self._make_cgroups(str(cfg.cgroups), f"wmrl-sandbox-{uid_base}", float(cfg.cpus_per_slot),
@@ -221,14 +233,24 @@ class LocalSandbox:
         if not requests:
             batch.future.set_result([])
         for i, req in enumerate(requests):
-            status, detail = precheck(req.program, req.task.interface)
-            if status is not None:  # costs no slot: decided by parsing alone
-                outcome = Outcome(task=req.task.name, status=status, reward=ladder_reward(status),
-                                  stderr_tail=detail, split=req.split, attempts=0)
-                self._record(req, outcome, detail=detail)
+            outcome = precheck_outcome(req)
+            if outcome is not None:  # costs no slot: decided by parsing alone
+                record(self._log, req, outcome, detail=outcome.stderr_tail)
                 batch.put(i, outcome)
             else:
-                self._queue.put((batch, i, req))
+                self._queue.put((batch, i, req, True))
+        return batch.future
+
+    def submit_raw(self, requests: Sequence[ExecRequest]) -> Future:
+        """Run programs that passed the pre-check without judging or logging them: the future resolves to
+        their `RawExecution`s in request order (a Ray actor's pool; the trainer judges and logs)."""
+        if self._closed:
+            raise RuntimeError("sandbox is closed")
+        batch = _Batch(len(requests))
+        if not requests:
+            batch.future.set_result([])
+        for i, req in enumerate(requests):
+            self._queue.put((batch, i, req, False))
         return batch.future
 
     def run(self, requests: Sequence[ExecRequest]) -> list[Outcome]:
@@ -248,6 +270,8 @@ class LocalSandbox:
             self.cgroups.remove()
         if self._log is not None:
             self._log.close()
+        for fd in self._core_locks:
+            os.close(fd)
         os.close(self._uid_lock)
 
     def __enter__(self) -> "LocalSandbox":
@@ -268,14 +292,17 @@ class LocalSandbox:
             raise ValueError(f"unknown sandbox.cgroups={mode!r}; valid: auto, require, off")
         if mode == "off" or self.isolation == "none":
             return None
-        cores = sorted(os.sched_getaffinity(0))
-        own_core = self.slots <= len(cores)  # pinning only when every slot gets a core to itself
+        # pinning only when every slot gets a core to itself, one no other sandbox here holds (DDP ranks, Ray actors)
+        self._core_locks, self.cores = _claim_cores(self.slots)
         limits = [SlotLimits(memory_bytes=(self.memory_mb + worker_mb) << 20, cpus=cpus,
-                             pids=self.max_procs + WORKER_PROCS, cpu=cores[k] if own_core else None)
+                             pids=self.max_procs + WORKER_PROCS, cpu=self.cores[k] if self.cores else None)
                   for k in range(self.slots)]
         try:
             return SlotCgroups(name, self.slots, limits)
         except CgroupsUnavailable as e:
+            for fd in self._core_locks:  # nothing is pinned: leave the cores to others
+                os.close(fd)
+            self._core_locks, self.cores = [], []
             if mode == "require":
                 raise IsolationUnavailable(f"sandbox.cgroups=require: {e}") from None
             log.warning(cgroups_describe(e))
@@ -296,16 +323,19 @@ class LocalSandbox:
             item = self._queue.get()
             if item is None:
                 return
-            batch, i, req = item
+            batch, i, req, judge = item
             try:
-                outcome, extra = self._execute(worker, req)
+                ex = self._execute(worker, req)
+                outcome = judged(req, ex) if judge else ex
             except Exception as e:  # a bug on the host side (e.g. in task.judge): never hang the batch
                 log.error("sandbox: execution failed on the host: %s", traceback.format_exc())
-                outcome = Outcome(task=getattr(req.task, "name", "?"), status=Status.INFRA_ERROR, split=req.split,
-                                  stderr_tail=f"[sandbox] host error: {e!r}")
-                extra = {"detail": traceback.format_exc()[-2000:]}
+                raw = RawResult(Status.INFRA_ERROR, stderr_tail=f"[sandbox] host error: {e!r}",
+                                detail=traceback.format_exc()[-2000:])
+                ex = RawExecution(raw, attempts=1)
+                outcome = judged(req, ex) if judge else ex
             try:
-                self._record(req, outcome, **extra)
+                if judge:
+                    record(self._log, req, outcome, detail=ex.raw.detail, stdout_tail=ex.stdout_tail)
             finally:
                 batch.put(i, outcome)
 
@@ -314,7 +344,7 @@ class LocalSandbox:
             self._seccomp_warned = True
             log.warning("sandbox: executions run WITHOUT their seccomp filter: %s", worker.seccomp)
 
-    def _execute(self, worker: _Worker, req: ExecRequest) -> tuple[Outcome, dict]:
+    def _execute(self, worker: _Worker, req: ExecRequest) -> RawExecution:
         limit = float(req.task.time_limit_s) * self.timeout_scale
         key, blobs_fn = self._task_data(req)
         limits = {"uid": worker.uid, "wall_s": limit, "cpu_s": math.ceil(limit) + 1, "memory_mb": self.memory_mb,
@@ -361,10 +391,7 @@ class LocalSandbox:
                     self.cgroups.oom_kills(worker.slot) > oom_before:
                 raw.detail += "; the slot's memory limit was reached"
                 raw.stderr_tail += f"\n[sandbox] memory limit of {self.memory_mb} MiB reached (shm and memfd count)"
-        outcome = self._judge(req, raw)
-        outcome.attempts = attempts
-        extra = {"detail": raw.detail, "stdout_tail": (reply or {}).get("stdout_tail", "")}
-        return outcome, extra
+        return RawExecution(raw, attempts, str((reply or {}).get("stdout_tail", "")))
 
     def _raw_result(self, reply: dict, blobs: list[bytes], wall_s: float, script: bool = False) -> RawResult:
         status = SANDBOX_STATUSES.get(reply.get("status"), Status.RUNTIME_ERROR)
@@ -382,19 +409,6 @@ class LocalSandbox:
         return RawResult(status=status, predictions=predictions, wall_s=wall_s, fit_s=_seconds(reply.get("fit_s"), wall_s),
                          predict_s=_seconds(reply.get("predict_s"), wall_s), stderr_tail=stderr[-STDERR_TAIL_CHARS:],
                          detail=detail)
-
-    def _judge(self, req: ExecRequest, raw: RawResult) -> Outcome:
-        if raw.status is Status.VALID:
-            outcome = req.task.judge(raw, req.split)
-        else:
-            outcome = Outcome(task=req.task.name, status=raw.status, reward=ladder_reward(raw.status))
-        outcome.split = req.split
-        outcome.wall_s = raw.wall_s
-        outcome.fit_s = raw.fit_s if outcome.fit_s is None else outcome.fit_s
-        outcome.predict_s = raw.predict_s if outcome.predict_s is None else outcome.predict_s
-        if not outcome.stderr_tail:
-            outcome.stderr_tail = raw.stderr_tail
-        return outcome
 
     def _task_data(self, req: ExecRequest) -> tuple[str, Callable[[], tuple[list[str] | None, list[bytes]]]]:
         """The cache key of the task's inputs and a function serializing them (once per host):
@@ -420,14 +434,43 @@ class LocalSandbox:
 
         return key, blobs
 
-    def _record(self, req: ExecRequest, outcome: Outcome, detail: str = "", stdout_tail: str = "") -> None:
-        if self._log is None:
-            return
-        try:
-            fp = req.task.fingerprint()
-        except Exception:
-            fp = None
-        self._log.append(outcome, req.program, req.meta, fingerprint=fp, stdout_tail=stdout_tail, detail=detail)
+
+def precheck_outcome(req: ExecRequest) -> Outcome | None:
+    """The outcome of a program the pre-check already decides (malformed, syntax error), else None."""
+    status, detail = precheck(req.program, req.task.interface)
+    if status is None:
+        return None
+    return Outcome(task=req.task.name, status=status, reward=ladder_reward(status), stderr_tail=detail,
+                   split=req.split, attempts=0)
+
+
+def judged(req: ExecRequest, ex: RawExecution) -> Outcome:
+    """The task's verdict on what the sandbox returned (on the host that holds the hidden labels)."""
+    raw = ex.raw
+    if raw.status is Status.VALID:
+        outcome = req.task.judge(raw, req.split)
+    else:
+        outcome = Outcome(task=req.task.name, status=raw.status, reward=ladder_reward(raw.status))
+    outcome.split = req.split
+    outcome.wall_s = raw.wall_s
+    outcome.fit_s = raw.fit_s if outcome.fit_s is None else outcome.fit_s
+    outcome.predict_s = raw.predict_s if outcome.predict_s is None else outcome.predict_s
+    if not outcome.stderr_tail:
+        outcome.stderr_tail = raw.stderr_tail
+    outcome.attempts = ex.attempts
+    return outcome
+
+
+def record(execution_log: ExecutionLog | None, req: ExecRequest, outcome: Outcome, detail: str = "",
+           stdout_tail: str = "") -> None:
+    """Commit one execution to the log (when there is one) before its outcome is handed back."""
+    if execution_log is None:
+        return
+    try:
+        fp = req.task.fingerprint()
+    except Exception:
+        fp = None
+    execution_log.append(outcome, req.program, req.meta, fingerprint=fp, stdout_tail=stdout_tail, detail=detail)
 
 
 def _serialize(x: Any) -> bytes:
@@ -461,6 +504,29 @@ def _claim_uids(slots: int) -> tuple[int, int]:
         except BlockingIOError:
             os.close(fd)
     raise RuntimeError("more than 200 sandboxes alive on this machine")
+
+
+def _claim_cores(n: int) -> tuple[list[int], list[int]]:
+    """(lock fds, cores): `n` cores of this process's affinity that no other live sandbox on this machine has
+    pinned slots to, or ([], []) when fewer are free. An flock per core, released by the kernel on death."""
+    lock_dir = "/tmp/wmrl-sandbox-cores"
+    os.makedirs(lock_dir, mode=0o700, exist_ok=True)
+    fds, cores = [], []
+    for core in sorted(os.sched_getaffinity(0)):
+        if len(cores) == n:
+            break
+        fd = os.open(f"{lock_dir}/{core}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fds.append(fd)
+            cores.append(core)
+        except BlockingIOError:
+            os.close(fd)
+    if len(cores) < n:
+        for fd in fds:
+            os.close(fd)
+        return [], []
+    return fds, cores
 
 
 def parse_predictions(data: bytes, cap_bytes: int) -> tuple[np.ndarray | None, str]:

@@ -43,7 +43,8 @@ class ExecutionLog:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+        # timeout: DDP ranks share one log; a writer waits for another's commit instead of failing
+        self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None, timeout=60)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
