@@ -475,7 +475,9 @@ def record(execution_log: ExecutionLog | None, req: ExecRequest, outcome: Outcom
 
 def _serialize(x: Any) -> bytes:
     """.npy for arrays, Parquet for DataFrames (names and dtypes kept); neither needs pickle to load."""
-    if not isinstance(x, np.ndarray) and hasattr(x, "to_parquet"):
+    import pandas as pd
+
+    if isinstance(x, pd.DataFrame):
         buf = io.BytesIO()
         x.to_parquet(buf, index=False)
         return buf.getvalue()

@@ -87,7 +87,7 @@ def class_codes(y_train: np.ndarray, *others: np.ndarray, where: str, column: st
     unseen = np.setdiff1d(classes, np.unique(y_train))
     if len(unseen):
         raise TaskError(f"{where}: target column {column!r} has classes never in the training rows: {unseen[:5].tolist()}")
-    return classes, [c.item() if hasattr(c, "item") else c for c in classes]
+    return classes, [c.item() if isinstance(c, np.generic) else c for c in classes]
 
 
 def frame_digest(h, df: "pd.DataFrame") -> None:
