@@ -29,7 +29,7 @@ from typing import Any, Callable, Sequence
 
 from wmrl.outcome import Outcome, RawResult, Status
 from wmrl.sandbox.base import ExecRequest
-from wmrl.sandbox.local import LocalSandbox, RawExecution, judged, precheck_outcome, record
+from wmrl.sandbox.local import LocalSandbox, RawExecution, _Batch, judged, precheck_outcome, record
 from wmrl.sandbox.log import ExecutionLog
 
 log = logging.getLogger(__name__)
@@ -96,22 +96,6 @@ class _Actor:
     slots: int
     busy: int = 0
     alive: bool = True
-
-
-class _Batch:
-    def __init__(self, n: int):
-        self.future: Future = Future()
-        self.results: list = [None] * n
-        self.left = n
-        self.lock = threading.Lock()
-
-    def put(self, i: int, outcome: Outcome) -> None:
-        with self.lock:
-            self.results[i] = outcome
-            self.left -= 1
-            done = self.left == 0
-        if done and not self.future.done():
-            self.future.set_result(list(self.results))
 
 
 class RaySandbox:

@@ -24,7 +24,7 @@ from wmrl.sandbox.program import interface_of, precheck  # the sandbox's own rul
 from wmrl.world_model.base import (N_STATUS, VALID_INDEX, WMPrediction, WMQuery, prechecked_prediction,
                                    reward_moments)
 from wmrl.world_model.model import EnsembleEncoder
-from wmrl.world_model.static import decided_status
+from wmrl.world_model.static import decided_status, value_at_position
 from wmrl.world_model.tokenizer import PAD, chunk, load_tokenizer
 
 DESCRIPTOR_TOKENS = 48  # tokens of the task descriptor (averaged into one position)
@@ -220,11 +220,7 @@ class LearnedEnsembleWM:
 
     def value_at(self, task: str, pos: float) -> float:
         """Metric value at a leaderboard position, interpolated from this task's real executions."""
-        pts = self.values.get(task)
-        if not pts:
-            return math.nan
-        arr = np.array(sorted(pts))
-        return float(np.interp(pos, arr[:, 0], arr[:, 1]))
+        return value_at_position(self.values.get(task), pos)
 
     # ---- learning -------------------------------------------------------------------------
     @staticmethod

@@ -31,7 +31,7 @@ from wmrl.outcome import PREDICTED_STATUSES, Outcome, Status, error_line
 from wmrl.world_model.base import N_STATUS, WMPrediction, WMQuery, prechecked_prediction, reward_moments
 from wmrl.world_model.lm import FrozenLM
 from wmrl.sandbox.program import interface_of
-from wmrl.world_model.static import decided_status
+from wmrl.world_model.static import decided_status, value_at_position
 
 STATUS_NAMES = [s.value for s in PREDICTED_STATUSES]
 VALUE_POINTS = 256  # (pos, value) pairs kept per task to show a predicted position as a metric value
@@ -217,11 +217,7 @@ class PromptedLMWM:
 
     def value_at(self, task: str, pos: float) -> float:
         """Metric value at a leaderboard position, interpolated from this task's real executions."""
-        pts = self.values.get(task)
-        if not pts:
-            return math.nan
-        arr = np.array(sorted(pts))
-        return float(np.interp(pos, arr[:, 0], arr[:, 1]))
+        return value_at_position(self.values.get(task), pos)
 
     # ---- learning: none ---------------------------------------------------------------------------
     def update(self, examples: list[tuple[WMQuery, Outcome]]) -> dict[str, float]:

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import builtins
 import importlib
+import math
 import symtable
 import warnings
 from functools import lru_cache
+
+import numpy as np
 
 from wmrl.outcome import Status
 from wmrl.sandbox.program import precheck
@@ -93,3 +96,12 @@ def decided_status(source: str, interface: str = "estimator") -> tuple[Status | 
     if status is None:
         status, detail = static_check(source)
     return status, detail
+
+
+def value_at_position(points, pos: float) -> float:
+    """Metric value at a leaderboard position, interpolated from (position, value) points of real
+    executions; NaN without any."""
+    if not points:
+        return math.nan
+    arr = np.array(sorted(points))
+    return float(np.interp(pos, arr[:, 0], arr[:, 1]))
