@@ -228,17 +228,9 @@ class LocalSandbox:
     def submit(self, requests: Sequence[ExecRequest]) -> Future:
         if self._closed:
             raise RuntimeError("sandbox is closed")
-        requests = list(requests)
-        batch = _Batch(len(requests))
-        if not requests:
-            batch.future.set_result([])
-        for i, req in enumerate(requests):
-            outcome = precheck_outcome(req)
-            if outcome is not None:  # costs no slot: decided by parsing alone
-                record(self._log, req, outcome, detail=outcome.stderr_tail)
-                batch.put(i, outcome)
-            else:
-                self._queue.put((batch, i, req, True))
+        batch, pending = prechecked_batch(requests, self._log)
+        for i, req in pending:
+            self._queue.put((batch, i, req, True))
         return batch.future
 
     def submit_raw(self, requests: Sequence[ExecRequest]) -> Future:
@@ -433,6 +425,24 @@ class LocalSandbox:
             return out
 
         return key, blobs
+
+
+def prechecked_batch(requests: Sequence[ExecRequest], execution_log: ExecutionLog | None) -> tuple[_Batch, list]:
+    """A batch for `requests` in which the programs the pre-check decides are already judged and logged (they
+    cost no slot); the (index, request) pairs still to execute."""
+    requests = list(requests)
+    batch = _Batch(len(requests))
+    if not requests:
+        batch.future.set_result([])
+    pending = []
+    for i, req in enumerate(requests):
+        outcome = precheck_outcome(req)
+        if outcome is not None:
+            record(execution_log, req, outcome, detail=outcome.stderr_tail)
+            batch.put(i, outcome)
+        else:
+            pending.append((i, req))
+    return batch, pending
 
 
 def precheck_outcome(req: ExecRequest) -> Outcome | None:

@@ -29,7 +29,7 @@ from typing import Any, Callable, Sequence
 
 from wmrl.outcome import Outcome, RawResult, Status
 from wmrl.sandbox.base import ExecRequest
-from wmrl.sandbox.local import LocalSandbox, RawExecution, _Batch, judged, precheck_outcome, record
+from wmrl.sandbox.local import LocalSandbox, RawExecution, judged, prechecked_batch, record
 from wmrl.sandbox.log import ExecutionLog
 
 log = logging.getLogger(__name__)
@@ -141,17 +141,9 @@ class RaySandbox:
     def submit(self, requests: Sequence[ExecRequest]) -> Future:
         if self._closed:
             raise RuntimeError("sandbox is closed")
-        requests = list(requests)
-        batch = _Batch(len(requests))
-        if not requests:
-            batch.future.set_result([])
-        for i, req in enumerate(requests):
-            outcome = precheck_outcome(req)
-            if outcome is not None:  # costs no slot: decided by parsing alone, on the trainer
-                record(self._log, req, outcome, detail=outcome.stderr_tail)
-                batch.put(i, outcome)
-            else:
-                self._incoming.put(_Job(batch, i, req))
+        batch, pending = prechecked_batch(requests, self._log)  # pre-checked here, on the trainer
+        for i, req in pending:
+            self._incoming.put(_Job(batch, i, req))
         return batch.future
 
     def run(self, requests: Sequence[ExecRequest]) -> list[Outcome]:
