@@ -64,3 +64,25 @@ def test_prompt_mix_gives_demonstrations_another_tasks_context_and_zero_keeps_ev
         family = next(f for f, (_, clf, reg, _) in grammar.FAMILIES.items() if clf in program or reg in program)
         _, clf, reg, _ = grammar.FAMILIES[family]
         assert (reg if kind == "regression" else clf) in program, (prompt[:40], program)
+
+
+def test_policy_seed_makes_runs_of_different_seeds_share_one_warm_start(tmp_path):
+    """`policy.seed` fixes tokenizer, initial weights and warm start; `seed` alone gives each run its own."""
+    import torch
+
+    from wmrl.config import load_config
+    from wmrl.recipe import build_policy_and_tokenizer
+
+    def weights(*overrides):
+        cfg = load_config(["experiment=smoke", f"task.cache_dir={tmp_path}", "task.secret_seed=" + "c" * 64,
+                           "policy.sft_examples=32", "policy.sft_epochs=1", *overrides])
+        suite = load_suite(cfg.task)
+        policy, tok, _, info = build_policy_and_tokenizer(cfg, [suite.get(n) for n in cfg.task.train], tmp_path, False)
+        return policy.state_dict(), tok.get_vocab(), info
+
+    base, vocab0, info0 = weights("seed=0")
+    shared, vocab1, info1 = weights("seed=1", "policy.seed=0")
+    own, _, _ = weights("seed=1")
+    assert not info0["cached"] and info1["cached"] and info1["path"] == info0["path"]
+    assert vocab1 == vocab0 and all(torch.equal(base[k], shared[k]) for k in base)
+    assert any(not torch.equal(base[k], own[k]) for k in base)

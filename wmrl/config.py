@@ -71,6 +71,8 @@ class PolicyConfig:
     heads: int = opt(4, "built-in policy: attention heads")
     vocab_size: int = opt(2048, "built-in policy: BPE vocabulary size of the offline tokenizer")
     max_length: int = opt(1024, "built-in policy: longest sequence (prompt + completions + feedback)")
+    seed: Optional[int] = opt(None, "seed of the built-in tokenizer, initial weights and warm start; null = seed "
+                                    "(set: runs of several seeds share one warm start)")
     warm_start: bool = opt(True, "supervised warm start on the grammar corpus before RL (cached)")
     sft_examples: int = opt(3000, "warm start: demonstrations sampled from the grammar")
     sft_epochs: int = opt(2, "warm start: passes over the demonstrations")

@@ -48,27 +48,34 @@ def tokenizer_corpus(tasks: list, seed: int, n_programs: int = 3000) -> list[str
     return corpus
 
 
+def policy_seed(cfg: DictConfig) -> int:
+    """The seed of the policy before RL (tokenizer, initial weights, warm start): `policy.seed`, else `seed`.
+    Fixing it makes the seeds of a benchmark differ in RL only, so their spread is RL's, not the warm start's."""
+    return cfg.seed if cfg.policy.seed is None else cfg.policy.seed
+
+
 def build_policy_and_tokenizer(cfg: DictConfig, tasks: list, cache_dir: Path, progress: bool):
     from wmrl.policy.chat import ChatFormat
     from wmrl.policy.model import build_policy, checkpoint_fingerprint, load_pretrained, prepare_for_training
     from wmrl.policy.tokenizer import cached_tokenizer
     from wmrl.policy.warmstart import warm_start, warm_start_key
 
+    seed = policy_seed(cfg)
     if cfg.policy.model:
         policy, tok = load_pretrained(cfg.policy.model)
         key_tok = checkpoint_fingerprint(cfg.policy.model)
     else:
-        tok = cached_tokenizer(tokenizer_corpus(tasks, cfg.seed), cfg.policy.vocab_size, cache_dir)
-        torch.manual_seed(cfg.seed)
+        tok = cached_tokenizer(tokenizer_corpus(tasks, seed), cfg.policy.vocab_size, cache_dir)
+        torch.manual_seed(seed)
         policy = build_policy(cfg.policy, len(tok), tok.pad_token_id, tok.eos_token_id)
         key_tok = json.dumps(tok.get_vocab(), sort_keys=True)[:100000]
     policy = prepare_for_training(policy, cfg.policy)
     chat = ChatFormat(tok)
     info = {"warm_start": False}
     if cfg.policy.warm_start:
-        torch.manual_seed(cfg.seed)
-        key = warm_start_key(cfg.policy, key_tok, tasks, cfg.rollout.turns, cfg.seed)
-        info = warm_start(policy, chat, tasks, cfg.policy, cfg.rollout.turns, cfg.seed, cache_dir, key, progress)
+        torch.manual_seed(seed)
+        key = warm_start_key(cfg.policy, key_tok, tasks, cfg.rollout.turns, seed)
+        info = warm_start(policy, chat, tasks, cfg.policy, cfg.rollout.turns, seed, cache_dir, key, progress)
     return policy, tok, chat, info
 
 

@@ -122,7 +122,7 @@ class SFTModule(L.LightningModule):
 
 
 def warm_start_key(policy_cfg, tokenizer_files: str, tasks: list, turns: int, seed: int) -> str:
-    fields = {k: policy_cfg[k] for k in policy_cfg}
+    fields = {k: policy_cfg[k] for k in policy_cfg if k != "seed"}  # the seed that counts is the argument
     blob = json.dumps([fields, tokenizer_files, sorted(t.prompt() for t in tasks), turns, seed,
                        inspect.getsource(grammar), inspect.getsource(demonstrations),
                        inspect.getsource(mixed_prompt)], sort_keys=True, default=str)
