@@ -57,14 +57,20 @@ STANDARD = ["rl.steps=24", "rollout.groups_per_step=6", "eval.every_n_steps=24",
 DEFAULT_BIAS = {"dummy": 0.4}
 EXPERIMENT = "wmrl-speedup"
 HISTORY = ["time/step_s", "time/generation_s", "time/policy_train_s", "time/env_real_s", "time/env_wm_s",
-           "time/wm_train_s", "time/eval_s", "cost/real_executions", "cost/sandbox_slot_s", "eval/real_reward",
+           "time/wm_train_s", "time/eval_s", "cost/real_executions", "cost/sandbox_slot_s", "eval/real_reward", "eval/real_reward_ci95",
            "reward/train_mean", "reward/real_mean", *stats.FIDELITY]
 
 
+# Arms of the default scenario that run only when --arms names them: wmrl with its anchors chosen where the world
+# model is least sure, or where the update would push hardest, instead of whole random groups.
+SELECTION_ARMS = {"wmrl_uncertainty": "uncertainty", "wmrl_advantage": "advantage"}
+
+
 def arms_of(scenario: str, bias: dict[str, float]) -> list[tuple[str, str, list[str], dict[str, float]]]:
-    """(label, preset, overrides, world-model bias) per arm; the first is the baseline."""
+    """(label, preset, overrides, world-model bias) of every arm the scenario knows; the first is the baseline."""
     if scenario == "default":
-        return [(a, a, [], {}) for a in ("sandbox_rl", "wm_raw", "wmrl_no_debias", "wmrl_no_denoise", "wmrl")]
+        return [*((a, a, [], {}) for a in ("sandbox_rl", "wm_raw", "wmrl_no_debias", "wmrl_no_denoise", "wmrl")),
+                *((label, "wmrl", [f"env.anchor_selection={sel}"], {}) for label, sel in SELECTION_ARMS.items())]
     return [("sandbox_rl", "sandbox_rl", [], {}), ("wm_raw", "wm_raw", [], bias),
             ("wmrl_global", "wmrl", ["callbacks.debias.stratify_by=[]"], bias),
             ("wmrl_stratified", "wmrl", ["callbacks.debias.stratify_by=[action_class]"], bias)]
@@ -106,16 +112,28 @@ def metric_history(client, run_id: str) -> dict[str, dict[int, float]]:
     return out
 
 
-def code_version() -> str:
-    """HEAD, plus a hash of uncommitted changes to tracked files: arms must all run the same code."""
+# What a training runs: everything train.py imports or reads, not the benchmark's own report code.
+TRAINING_CODE = ("train.py", "conf", "callbacks", "datamodules", "wmrl", "benchmarks/train_biased.py")
+REPORT_CODE = "wmrl/benchmark/"
+
+
+def code_version(commit: str = "HEAD") -> str:
+    """The training code of `commit` (hash of its files' blob ids), plus a hash of uncommitted changes to it at
+    HEAD: arms must all train with the same code; a change to the report alone keeps earlier trainings comparable."""
     import hashlib
 
     def git(*a):
         return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout
 
-    head = git("rev-parse", "--short", "HEAD").strip() or "unknown"
-    diff = git("diff", "HEAD")
-    return head + (f"+dirty.{hashlib.sha1(diff.encode()).hexdigest()[:8]}" if diff else "")
+    tree = [line for line in git("ls-tree", "-r", commit, "--", *TRAINING_CODE).splitlines()
+            if not line.split("\t", 1)[-1].startswith(REPORT_CODE)]
+    if not tree:
+        return "unknown"
+    version = "train." + hashlib.sha1("\n".join(tree).encode()).hexdigest()[:10]
+    if commit != "HEAD":
+        return version
+    diff = git("diff", "HEAD", "--", *TRAINING_CODE, f":(exclude){REPORT_CODE}")
+    return version + (f"+dirty.{hashlib.sha1(diff.encode()).hexdigest()[:8]}" if diff else "")
 
 
 def read_anchor_pairs(run_dir: str | Path) -> list[dict]:
@@ -125,12 +143,92 @@ def read_anchor_pairs(run_dir: str | Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def select_arms(scenario: str, bias: dict[str, float], only: list[str] | None):
+    """The arms to run: those --arms names (an unknown name is an error), else the scenario's default set."""
+    known = arms_of(scenario, bias)
+    if only is None:
+        return [a for a in known if a[0] not in SELECTION_ARMS]
+    unknown = [o for o in only if o not in {a[0] for a in known}]
+    if unknown:
+        raise ValueError(f"unknown arm(s) {unknown} in scenario {scenario!r}; known: {[a[0] for a in known]}")
+    return [a for a in known if a[0] in only]
+
+
+# Arguments that name a run's place and records, or only say whether it evaluates at step 0 itself.
+RUN_SPECIFIC = ("run_dir=", "logger.", "eval.at_start=")
+
+
+def comparable(args: list[str]) -> tuple[str, ...]:
+    """A training's arguments without the run-specific ones: equal = the same training."""
+    return tuple(a for a in args if not a.startswith(RUN_SPECIFIC))
+
+
+def warm_eval_key(args: list[str]) -> str | None:
+    """What a training's evaluation before step 1 depends on: its resolved config without what only RL, the
+    world model, the corrections or the run's records read (held-out evaluation executes for real in every
+    mode, from its own seeded stream). None when the training does not evaluate at step 0."""
+    from omegaconf import OmegaConf
+
+    from wmrl.config import load_config
+
+    cfg = load_config([a for a in args if not a.startswith(("run_dir=", "logger."))])
+    if not cfg.eval.at_start:
+        return None
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    for key in ("name", "run_dir", "resume", "logger", "rl", "env", "world_model", "callbacks"):
+        plain.pop(key)
+    plain["trainer"].pop("progress_bar")
+    return json.dumps(plain, sort_keys=True, default=str)
+
+
+def finished_runs(dirs: list[Path]) -> dict[tuple, dict]:
+    """(arm, seed, comparable args) -> each successful training of earlier benchmarks in `dirs`, its history
+    read again from that benchmark's MLflow store (metrics added to HISTORY since are then there too)."""
+    from mlflow.tracking import MlflowClient
+
+    found = {}
+    for d in dirs:
+        path = Path(d) / "results.json"
+        if not path.exists():
+            raise FileNotFoundError(f"--reuse {d}: no results.json there")
+        results = json.loads(path.read_text())
+        client = MlflowClient(tracking_uri=results["mlflow"]["tracking_uri"])
+        for r in _int_keys(results["runs"]):
+            if r["status"] != "ok":
+                continue
+            try:
+                r["history"] = {**r["history"], **metric_history(client, r["summary"]["mlflow_run_id"])}
+            except Exception as e:  # the store moved or is gone: the saved history is still the run's
+                print(f"[speedup] {r['arm']}-seed{r['seed']} from {d}: saved history ({type(e).__name__})", flush=True)
+            if r.get("code") and not r["code"].startswith(("train.", "unknown")) and "+dirty" not in r["code"]:
+                r["code"] = code_version(r["code"])  # recorded as a commit by earlier versions of this script
+            found[(r["arm"], r["seed"], comparable(r["args"]))] = {**r, "reused_from": str(d)}
+    return found
+
+
+def share_warm_eval(run: dict, source: dict, client) -> None:
+    """Give `run` (trained with eval.at_start=false) the step-0 evaluation of `source`: the same policy before
+    step 1, evaluated on the same stream, so the same numbers; recorded in the run and in its MLflow run."""
+    for key in ("eval/real_reward", "eval/real_reward_ci95"):
+        if 0 in (source["history"].get(key) or {}):
+            run["history"].setdefault(key, {})[0] = source["history"][key][0]
+            if client is not None:
+                client.log_metric(run["summary"]["mlflow_run_id"], key, source["history"][key][0], step=0)
+    run["warm_eval_from"] = f"{source['arm']}-seed{source['seed']}"
+    if client is not None:
+        client.set_tag(run["summary"]["mlflow_run_id"], "wmrl.warm_eval_from", run["warm_eval_from"])
+
+
 def run_benchmark(out: Path, scenario: str = "default", seeds: int = 1, overrides: list[str] = (),
                   bias: dict[str, float] | None = None, only: list[str] | None = None,
                   train_fn: Callable[[list[str], Path, dict], dict] = subprocess_train, note: str = "",
-                  pretrained: dict | None = None) -> dict:
+                  pretrained: dict | None = None, reuse: list[Path] = (), share_warm_eval_runs: bool = True) -> dict:
     """Trains every (arm, seed) back to back, collects MLflow histories, writes the report files.
-    `pretrained`: a `wmrl.world_model.pretrain` result every world-model arm starts from."""
+    `pretrained`: a `wmrl.world_model.pretrain` result every world-model arm starts from.
+    `reuse`: earlier benchmark directories whose successful trainings with the same arguments are taken as they
+    are instead of trained again (a stopped benchmark resumes; arms are added to a finished one).
+    `share_warm_eval_runs`: a training whose evaluation at step 0 would repeat an earlier one of this benchmark
+    (`warm_eval_key`) skips it and takes that one's numbers."""
     from mlflow.tracking import MlflowClient
 
     out.mkdir(parents=True, exist_ok=True)
@@ -140,7 +238,8 @@ def run_benchmark(out: Path, scenario: str = "default", seeds: int = 1, override
     exp = client.get_experiment_by_name(EXPERIMENT)
     exp_id = exp.experiment_id if exp else client.create_experiment(EXPERIMENT)
     bias = dict(DEFAULT_BIAS if bias is None else bias)
-    arms = [a for a in arms_of(scenario, bias) if only is None or a[0] in only]
+    arms = select_arms(scenario, bias, only)
+    earlier = finished_runs(list(reuse))
     parent = client.create_run(exp_id, run_name=f"speedup-{scenario}-{out.name}")
     pid = parent.info.run_id
     for k, v in {"scenario": scenario, "seeds": seeds, "overrides": " ".join(overrides),
@@ -153,7 +252,7 @@ def run_benchmark(out: Path, scenario: str = "default", seeds: int = 1, override
                 "note": note, "mlflow": {"tracking_uri": uri, "parent_run_id": pid}, "runs": runs,
                 "pretrained": pretrained, "complete": len(runs) == seeds * len(arms)}
 
-    runs = []
+    runs, warm_evals = [], {}  # warm_evals: warm_eval_key -> the first finished run that evaluated at step 0
     for seed in range(seeds):
         for label, preset, arm_overrides, arm_bias in arms:
             name = f"{label}-seed{seed}"
@@ -162,7 +261,20 @@ def run_benchmark(out: Path, scenario: str = "default", seeds: int = 1, override
                     f"logger.run_name={name}", "trainer.progress_bar=false", *arm_overrides, *overrides]
             if pretrained is not None and label != stats.BASELINE:
                 args.append(f"world_model.init={pretrained['path']}")
-            print(f"[speedup] {name}: {' '.join(train_command(args, arm_bias)[1:])}", flush=True)
+            key = warm_eval_key(args) if share_warm_eval_runs else None
+            done = earlier.get((label, seed, comparable(args)))
+            if done is not None:
+                print(f"[speedup] {name}: taken from {done['reused_from']} (same arguments)", flush=True)
+                runs.append(done)
+                if key is not None and 0 in (done["history"].get("eval/real_reward") or {}):
+                    warm_evals.setdefault(key, done)
+                write_report(out, results_of(runs))
+                continue
+            source = warm_evals.get(key) if key is not None else None
+            if source is not None:
+                args.append("eval.at_start=false")
+            print(f"[speedup] {name}: {' '.join(train_command(args, arm_bias)[1:])}"
+                  + (f" (step-0 evaluation from {source['arm']}-seed{source['seed']})" if source else ""), flush=True)
             t0 = time.perf_counter()
             run = {"arm": label, "seed": seed, "args": args, "bias": arm_bias, "status": "ok", "error": None, "summary": {}, "history": {},
                    "anchor_pairs": [], "params": {}, "code": code_version()}
@@ -171,6 +283,10 @@ def run_benchmark(out: Path, scenario: str = "default", seeds: int = 1, override
                 run["history"] = metric_history(client, run["summary"]["mlflow_run_id"])
                 run["params"] = client.get_run(run["summary"]["mlflow_run_id"]).data.params
                 run["anchor_pairs"] = read_anchor_pairs(run["summary"]["run_dir"])
+                if source is not None:
+                    share_warm_eval(run, source, client)
+                elif key is not None and 0 in (run["history"].get("eval/real_reward") or {}):
+                    warm_evals.setdefault(key, run)
             except Exception as e:  # one failed arm is a row of the report, not the end of the benchmark
                 run["status"], run["error"] = "failed", f"{type(e).__name__}: {e}"[-3000:]
             run["wall_s"] = time.perf_counter() - t0
@@ -247,6 +363,11 @@ def main(argv: list[str]) -> int:
                                                 f"(default {','.join(f'{k}={v}' for k, v in DEFAULT_BIAS.items())})")
     p.add_argument("--arms", default=None, help="comma-separated subset of the scenario's arms")
     p.add_argument("--report", type=Path, default=None, help="only re-render the report of an existing DIR")
+    p.add_argument("--reuse", type=Path, action="append", default=[], metavar="DIR",
+                   help="take the successful trainings of an earlier benchmark DIR that had the same arguments "
+                        "instead of training them again (repeatable; DIR = --out resumes a stopped benchmark)")
+    p.add_argument("--no-share-warm-eval", action="store_true",
+                   help="every training evaluates its warm start itself (default: one evaluation per warm start)")
     p.add_argument("--pretrain-wm", action="store_true",
                    help="world-model arms start from a world model pretrained on the training tasks (cost reported)")
     args, rest = p.parse_known_args(argv)
@@ -267,6 +388,14 @@ def main(argv: list[str]) -> int:
         p.error("--quick and --standard are exclusive")
     overrides = [*(QUICK if args.quick else STANDARD if args.standard else []), *rest]
     t0 = time.perf_counter()
+    only = args.arms.split(",") if args.arms else None
+    try:
+        select_arms(args.scenario, DEFAULT_BIAS if bias is None else bias, only)
+    except ValueError as e:
+        p.error(str(e))
+    missing = [str(d) for d in args.reuse if not (d / "results.json").exists()]
+    if missing:
+        p.error(f"--reuse: no results.json in {', '.join(missing)}")
     pretrained = None
     if args.pretrain_wm:
         from wmrl.config import load_config
@@ -274,8 +403,8 @@ def main(argv: list[str]) -> int:
 
         pretrained = pretrain(load_config(["experiment=wmrl", *overrides]))
         print(f"[speedup] pretrained world model: {json.dumps(pretrained)}", flush=True)
-    results = run_benchmark(out, args.scenario, seeds, overrides, bias,
-                            args.arms.split(",") if args.arms else None, pretrained=pretrained)
+    results = run_benchmark(out, args.scenario, seeds, overrides, bias, only, pretrained=pretrained, reuse=args.reuse,
+                            share_warm_eval_runs=not args.no_share_warm_eval)
     print((out / "table.md").read_text())
     print(f"[speedup] {len(results['runs'])} trainings in {time.perf_counter() - t0:.0f}s; results in {out}")
     return 1 if any(r["status"] != "ok" for r in results["runs"]) else 0

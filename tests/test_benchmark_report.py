@@ -213,8 +213,13 @@ def _fake_train(args, log_path, bias):
         client.log_metric(rid, "time/policy_train_s", 0.5, step=s)
         if not real:
             client.log_metric(rid, "wm/spearman", 0.5, step=s)
-    for s, v in {0: 0.3, 2: 0.6 if real else 0.7, 4: 0.8}.items():
+    seed = int(a["seed"])
+    evals = {0: 0.3 + 0.01 * seed, 2: 0.6 if real else 0.7, 4: 0.8}
+    if a.get("eval.at_start") == "false":  # train.py then skips the warm start's evaluation
+        del evals[0]
+    for s, v in evals.items():
         client.log_metric(rid, "eval/real_reward", v, step=s)
+        client.log_metric(rid, "eval/real_reward_ci95", 0.02, step=s)
     client.set_terminated(rid)
     run_dir = Path(a["run_dir"]) / f"{a['experiment']}-x"
     run_dir.mkdir(parents=True)
@@ -356,3 +361,100 @@ def test_benchmark_report_links_each_runs_report(tmp_path):
     section = render.run_reports_section(runs, tmp_path)
     assert "- sandbox_rl seed 0: [run report](runs/sandbox_rl/report/index.html)" in section
     assert "- wmrl seed 0: [run report](runs/wmrl/report/index.html)" in section and "wm_raw" not in section
+
+
+def test_eval_difference_adds_the_two_evaluations_half_widths_in_quadrature():
+    a = {"history": {"eval/real_reward": {0: 0.4, 24: 0.60}, "eval/real_reward_ci95": {0: 0.02, 24: 0.03}}}
+    b = {"history": {"eval/real_reward": {0: 0.4, 24: 0.55}, "eval/real_reward_ci95": {0: 0.02, 24: 0.04}}}
+    d = stats.eval_difference(a, b)
+    assert d["mean"] == pytest.approx(0.05) and d["hi"] - d["mean"] == pytest.approx(0.05)  # hypot(0.03, 0.04)
+    assert d["significant"] is False  # 0.05 is not more than its half-width 0.05
+    b["history"]["eval/real_reward"][24] = 0.54
+    assert stats.eval_difference(a, b)["significant"] is True
+
+
+def test_ablations_are_compared_with_wmrl_paired_over_seeds_and_per_seed():
+    runs = []
+    for seed, (w, r) in enumerate([(0.60, 0.50), (0.62, 0.55), (0.58, 0.52)]):
+        for arm, v in (("sandbox_rl", 0.6), ("wmrl", w), ("wm_raw", r)):
+            runs.append({"arm": arm, "seed": seed, "status": "ok", "summary": {},
+                         "history": {"eval/real_reward": {0: 0.4, 24: v}, "eval/real_reward_ci95": {0: 0.02, 24: 0.02}}})
+    report = stats.build_report(runs, ["sandbox_rl", "wm_raw", "wmrl"])
+    row = next(r for r in report["rows"] if r["arm"] == "wm_raw")
+    assert row["vs_wmrl"]["seeds"]["mean"] == pytest.approx(-0.23 / 3) and row["vs_wmrl"]["seeds"]["significant"]
+    assert row["vs_wmrl"]["by_seed"][1]["mean"] == pytest.approx(-0.07) and row["vs_wmrl"]["by_seed"][1]["significant"]
+    assert all("vs_wmrl" not in r for r in report["rows"] if r["arm"] != "wm_raw")
+    md = render.render_markdown(report)
+    assert "| wm_raw | -0.077 [" in md and "| seed 0 | seed 1 | seed 2 |" in md and "-0.070 [-0.098, -0.042]*" in md
+
+
+def test_selection_arms_run_only_when_named_and_unknown_arms_are_refused():
+    speedup = _load_speedup()
+    default = [a[0] for a in speedup.select_arms("default", {}, None)]
+    assert default == ["sandbox_rl", "wm_raw", "wmrl_no_debias", "wmrl_no_denoise", "wmrl"]
+    named = {a[0]: a for a in speedup.select_arms("default", {}, ["wmrl", "wmrl_uncertainty", "wmrl_advantage"])}
+    assert named["wmrl_uncertainty"][1:3] == ("wmrl", ["env.anchor_selection=uncertainty"])
+    assert named["wmrl_advantage"][2] == ["env.anchor_selection=advantage"]
+    with pytest.raises(ValueError, match="wmrl_uncertanty"):
+        speedup.select_arms("default", {}, ["wmrl_uncertanty"])
+    with pytest.raises(SystemExit):  # the command line says so before anything trains
+        speedup.main(["--arms", "sandbox_rl,wmrl_typo", "--out", "/nonexistent"])
+
+
+def test_warm_eval_key_ignores_what_only_training_reads_and_keeps_what_the_first_evaluation_reads():
+    speedup = _load_speedup()
+    key = speedup.warm_eval_key
+    base = key(["experiment=wmrl", "seed=1"])
+    assert base == key(["experiment=sandbox_rl", "seed=1", "rl.lr=0.001", "env.anchor_selection=advantage",
+                        "run_dir=/elsewhere", "logger.run_name=x"])
+    for other in ("seed=2", "policy.seed=3", "eval.samples_per_task=8", "generation.temperature=0.7", "task.eval=[iris]"):
+        assert key(["experiment=wmrl", "seed=1", other]) != base, other
+    assert key(["experiment=wmrl", "eval.at_start=false"]) is None
+
+
+def test_the_warm_start_is_evaluated_once_per_seed_and_shared_by_the_later_arms(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    speedup = _load_speedup()
+    results = speedup.run_benchmark(tmp_path / "b", "default", seeds=2, only=["sandbox_rl", "wmrl"], train_fn=_fake_train)
+    runs = {(r["arm"], r["seed"]): r for r in results["runs"]}
+    for seed in (0, 1):
+        base, wm = runs[("sandbox_rl", seed)], runs[("wmrl", seed)]
+        assert "eval.at_start=false" not in base["args"] and "eval.at_start=false" in wm["args"]
+        assert wm["history"]["eval/real_reward"][0] == pytest.approx(0.3 + 0.01 * seed)  # its own seed's warm start
+        assert wm["warm_eval_from"] == f"sandbox_rl-seed{seed}"
+        client = MlflowClient(tracking_uri=results["mlflow"]["tracking_uri"])
+        logged = client.get_metric_history(wm["summary"]["mlflow_run_id"], "eval/real_reward")
+        assert {m.step: m.value for m in logged}[0] == pytest.approx(0.3 + 0.01 * seed)
+    row = next(r for r in results["report"]["rows"] if r["arm"] == "wmrl") if "report" in results else None
+    assert row is None or row["gain"]["mean"] is not None
+    alone = speedup.run_benchmark(tmp_path / "c", "default", seeds=1, only=["sandbox_rl", "wmrl"], train_fn=_fake_train,
+                                  share_warm_eval_runs=False)
+    assert all("eval.at_start=false" not in r["args"] for r in alone["runs"])
+
+
+def test_reuse_takes_finished_trainings_with_the_same_arguments_and_trains_the_rest(tmp_path):
+    speedup = _load_speedup()
+    first = tmp_path / "first"
+    speedup.run_benchmark(first, "default", seeds=1, overrides=["rl.steps=4"], only=["sandbox_rl", "wmrl"],
+                          train_fn=_fake_train)
+    trained = []
+
+    def recording(args, log_path, bias):
+        trained.append(next(a for a in args if a.startswith("experiment=")))
+        return _fake_train(args, log_path, bias)
+
+    out = tmp_path / "more"
+    results = speedup.run_benchmark(out, "default", seeds=1, overrides=["rl.steps=4"],
+                                    only=["sandbox_rl", "wm_raw", "wmrl"], train_fn=recording, reuse=[first])
+    assert trained == ["experiment=wm_raw"]
+    assert [(r["arm"], r.get("reused_from")) for r in results["runs"]] == [
+        ("sandbox_rl", str(first)), ("wm_raw", None), ("wmrl", str(first))]
+    assert "eval.at_start=false" in results["runs"][1]["args"]  # the reused baseline's warm-start evaluation
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["complete"] and next(r for r in saved["report"]["rows"] if r["arm"] == "wm_raw")["vs_wmrl"]
+    assert "| wm_raw |" in (out / "table.md").read_text() and "WARNING" not in (out / "table.md").read_text()
+    trained.clear()
+    speedup.run_benchmark(tmp_path / "other", "default", seeds=1, overrides=["rl.steps=5"], only=["sandbox_rl"],
+                          train_fn=recording, reuse=[first])
+    assert trained == ["experiment=sandbox_rl"]  # other arguments: trained again

@@ -60,6 +60,7 @@ def render_markdown(report: dict, strata: Sequence[dict] = (), recovered: Sequen
         s = r["speedup"]
         lines.append(f"| {r['arm']} | {fmt(s['actual'], 2)} | {fmt(s['ideal'], 2)} | {fmt(s['realised'], 2)} | "
                      f"{fmt(s['time_to_target'], 2)} |")
+    lines += versus_section(report)
     abl = report["ablation"]
     if len(abl["order"]) >= 2:
         lines += ["", f"Ablation order by final eval reward: {' > '.join(abl['order'])} "
@@ -85,6 +86,31 @@ def render_markdown(report: dict, strata: Sequence[dict] = (), recovered: Sequen
             lines.append(f"| {s['task']} | {s['action_class']} | {s['n']} | {fmt(s['bias'])} | {fmt(s['spread'])} | "
                          f"{fmt(s['wm_std'])} | {fmt(s['real_mean'])} |")
     return "\n".join(lines) + "\n"
+
+
+def versus_section(report: dict) -> list[str]:
+    """Each ablation / anchor-selection arm against the full method: paired over seeds, and per seed against
+    the two evaluations' sampling noise (* = the interval excludes 0)."""
+    w = report.get("wmrl_arm", "wmrl")
+    rows = [r for r in report["rows"] if r.get("vs_wmrl")]
+    if not rows:
+        return []
+
+    def ci(d: dict) -> str:
+        if d["mean"] is None:
+            return "n/a"
+        return f"{d['mean']:+.3f}" + ("" if d["lo"] is None else f" [{d['lo']:+.3f}, {d['hi']:+.3f}]{'*' if d['significant'] else ''}")
+
+    seeds = sorted({s for r in rows for s in r["vs_wmrl"]["by_seed"]})
+    lines = ["", f"Against `{w}` (final eval reward, arm − {w}): paired over seeds (t 95 %), and per seed with the 95 % "
+                 "interval of the two evaluations' sampling noise (within one seed: RL's seed spread is not in it).", "",
+             "| arm | paired over seeds | " + " | ".join(f"seed {s}" for s in seeds) + " |",
+             "|---|---|" + "---|" * len(seeds)]
+    for r in rows:
+        v = r["vs_wmrl"]
+        lines.append(f"| {r['arm']} | {ci(v['seeds'])} | "
+                     + " | ".join(ci(v["by_seed"][s]) if s in v["by_seed"] else "—" for s in seeds) + " |")
+    return lines
 
 
 def eval_bands(runs: Sequence[dict], arm: str) -> list[tuple[float, float, float | None, float | None]]:

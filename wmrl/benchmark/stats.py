@@ -142,6 +142,30 @@ def paired_difference(runs: Sequence[dict], other: Sequence[dict]) -> dict:
     return ci
 
 
+def eval_difference(run: dict, other: dict) -> dict:
+    """Final eval of `run` minus `other`'s, one seed, with the 95 % interval of the two evaluations' sampling
+    noise (independent evaluations: the half-widths of `eval/real_reward_ci95` add in quadrature). It says whether
+    these two trained policies differ, not whether the arms do: RL's seed-to-seed spread is not in it."""
+    a, b = final_eval(run), final_eval(other)
+    if not (_finite(a) and _finite(b)):
+        return {"mean": None, "lo": None, "hi": None, "significant": None}
+    widths = [(r["history"].get("eval/real_reward_ci95") or {}) for r in (run, other)]
+    steps = [max((r["history"].get("eval/real_reward") or {0: None})) for r in (run, other)]
+    h = [w.get(s) for w, s in zip(widths, steps)]
+    if not all(_finite(x) for x in h):
+        return {"mean": a - b, "lo": None, "hi": None, "significant": None}
+    half = math.hypot(*h)
+    return {"mean": a - b, "lo": a - b - half, "hi": a - b + half, "significant": abs(a - b) > half}
+
+
+def versus(runs: Sequence[dict], other: Sequence[dict]) -> dict:
+    """An arm against another: the difference paired by seed (t over seeds) and, per seed, `eval_difference`."""
+    theirs = {r["seed"]: r for r in other if r.get("status") == "ok"}
+    by_seed = {r["seed"]: eval_difference(r, theirs[r["seed"]]) for r in runs
+               if r.get("status") == "ok" and r["seed"] in theirs}
+    return {"seeds": paired_difference(runs, other), "by_seed": dict(sorted(by_seed.items()))}
+
+
 def per_step_mean(run: dict, metrics: Sequence[str]) -> float | None:
     """Mean over steps of the sum of the given per-step `time/*` metrics (a missing metric counts 0)."""
     steps = sorted(run["history"].get("time/step_s") or {})
@@ -213,6 +237,8 @@ def build_report(runs: Sequence[dict], arms: Sequence[str], baseline: str = BASE
             **{m: ratio(row["fidelity"][m], (b.get("fidelity") or {}).get(m)) for m in FIDELITY},
         }
         row["vs_baseline"] = paired_difference(by_arm.get(row["arm"], []), by_arm.get(baseline, []))
+        if row["arm"] not in (baseline, wmrl) and by_arm.get(wmrl):  # ablations and anchor selections
+            row["vs_wmrl"] = versus(by_arm.get(row["arm"], []), by_arm[wmrl])
         actual = ratio(b.get("train_cost_s"), row["train_cost_s"])  # speedup = baseline cost / arm cost
         ideal = ideal_speedup(b.get("step_s"), row["gen_plus_train_s"]) if row["arm"] != baseline else None
         row["speedup"] = {"actual": actual, "ideal": ideal, "realised": ratio(actual, ideal),
