@@ -182,7 +182,7 @@ def warm_eval_key(args: list[str]) -> str | None:
 
 
 def finished_runs(dirs: list[Path]) -> dict[tuple, dict]:
-    """(arm, seed, comparable args) -> each successful training of earlier benchmarks in `dirs`, its history
+    """(arm, seed, comparable args, world-model bias) -> each successful training of earlier benchmarks in `dirs`, its history
     read again from that benchmark's MLflow store (metrics added to HISTORY since are then there too)."""
     from mlflow.tracking import MlflowClient
 
@@ -202,7 +202,8 @@ def finished_runs(dirs: list[Path]) -> dict[tuple, dict]:
                 print(f"[speedup] {r['arm']}-seed{r['seed']} from {d}: saved history ({type(e).__name__})", flush=True)
             if r.get("code") and not r["code"].startswith(("train.", "unknown")) and "+dirty" not in r["code"]:
                 r["code"] = code_version(r["code"])  # recorded as a commit by earlier versions of this script
-            found[(r["arm"], r["seed"], comparable(r["args"]))] = {**r, "reused_from": str(d)}
+            found[(r["arm"], r["seed"], comparable(r["args"]), json.dumps(r.get("bias") or {}, sort_keys=True))] = {
+                **r, "reused_from": str(d)}
     return found
 
 
@@ -262,7 +263,7 @@ def run_benchmark(out: Path, scenario: str = "default", seeds: int = 1, override
             if pretrained is not None and label != stats.BASELINE:
                 args.append(f"world_model.init={pretrained['path']}")
             key = warm_eval_key(args) if share_warm_eval_runs else None
-            done = earlier.get((label, seed, comparable(args)))
+            done = earlier.get((label, seed, comparable(args), json.dumps(arm_bias, sort_keys=True)))
             if done is not None:
                 print(f"[speedup] {name}: taken from {done['reused_from']} (same arguments)", flush=True)
                 runs.append(done)

@@ -458,3 +458,7 @@ def test_reuse_takes_finished_trainings_with_the_same_arguments_and_trains_the_r
     speedup.run_benchmark(tmp_path / "other", "default", seeds=1, overrides=["rl.steps=5"], only=["sandbox_rl"],
                           train_fn=recording, reuse=[first])
     assert trained == ["experiment=sandbox_rl"]  # other arguments: trained again
+    trained.clear()
+    speedup.run_benchmark(tmp_path / "biased", "correlated", seeds=1, overrides=["rl.steps=4"],
+                          only=["sandbox_rl", "wm_raw"], train_fn=recording, reuse=[out])
+    assert trained == ["experiment=wm_raw"]  # the same arguments but a biased world model: trained again
