@@ -45,10 +45,9 @@ from wmrl.benchmark.format import fmt  # noqa: E402
 # default's share of the run (3 of 30 steps).
 QUICK = ["rl.steps=12", "rollout.groups_per_step=4", "eval.every_n_steps=4", "env.warmup_steps=1"]
 # --standard: 3 seeds, long enough for sandbox_rl's gain over its warm start to stand out of its interval
-# (issue 13). Measured on the 2-core machine at load 4-7 (other jobs beside it): sandbox_rl 33 min per seed
-# (train 24 min, two 96-sample-per-task evaluations of about 4 min), wmrl 12 min, a new seed's warm start
-# about 7 min: about 2 h for both arms and 3 seeds under that load, roughly half on an idle machine.
-# Evaluations at the warm start and the end only: a mid-run one costs as much as 6 training steps.
+# (issue 13). Measured on the idle 2-core machine: sandbox_rl 12 min per seed (train 7.5 min, two 96-sample-per-task
+# evaluations), wmrl 7 min (its warm-start evaluation shared), 57 min for both arms and 3 seeds once the one warm
+# start (4 min) is cached. Evaluations at the warm start and the end only: a mid-run one costs as much as 6 steps.
 # One warm start (policy.seed=0) for every seed: with a warm start of its own per seed, held-out reward at step 0
 # was 0.360 / 0.488 / 0.198 and the gains' spread was the warm starts', not RL's (the bar could not be read).
 STANDARD = ["rl.steps=24", "rollout.groups_per_step=6", "eval.every_n_steps=24", "env.warmup_steps=2", "policy.seed=0"]
