@@ -212,11 +212,9 @@ def share_warm_eval(run: dict, source: dict, client) -> None:
     for key in ("eval/real_reward", "eval/real_reward_ci95"):
         if 0 in (source["history"].get(key) or {}):
             run["history"].setdefault(key, {})[0] = source["history"][key][0]
-            if client is not None:
-                client.log_metric(run["summary"]["mlflow_run_id"], key, source["history"][key][0], step=0)
+            client.log_metric(run["summary"]["mlflow_run_id"], key, source["history"][key][0], step=0)
     run["warm_eval_from"] = f"{source['arm']}-seed{source['seed']}"
-    if client is not None:
-        client.set_tag(run["summary"]["mlflow_run_id"], "wmrl.warm_eval_from", run["warm_eval_from"])
+    client.set_tag(run["summary"]["mlflow_run_id"], "wmrl.warm_eval_from", run["warm_eval_from"])
 
 
 def run_benchmark(out: Path, scenario: str = "default", seeds: int = 1, overrides: list[str] = (),
