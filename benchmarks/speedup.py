@@ -222,7 +222,7 @@ def run_benchmark(out: Path, scenario: str = "default", seeds: int = 1, override
                   train_fn: Callable[[list[str], Path, dict], dict] = subprocess_train, note: str = "",
                   pretrained: dict | None = None, reuse: list[Path] = (), share_warm_eval_runs: bool = True) -> dict:
     """Trains every (arm, seed) back to back, collects MLflow histories, writes the report files.
-    `pretrained`: a `wmrl.world_model.pretrain` result every world-model arm starts from.
+    `pretrained`: a `wmrl.world_model.pretrain` result every world-model arm starts from, with no real warm-up steps.
     `reuse`: earlier benchmark directories whose successful trainings with the same arguments are taken as they
     are instead of trained again (a stopped benchmark resumes; arms are added to a finished one).
     `share_warm_eval_runs`: a training whose evaluation at step 0 would repeat an earlier one of this benchmark
@@ -257,8 +257,8 @@ def run_benchmark(out: Path, scenario: str = "default", seeds: int = 1, override
             args = [f"experiment={preset}", f"seed={seed}", f"run_dir={out.resolve()}/runs/{name}",
                     f"logger.tracking_uri={uri}", f"logger.experiment_name={EXPERIMENT}", f"logger.parent_run_id={pid}",
                     f"logger.run_name={name}", "trainer.progress_bar=false", *arm_overrides, *overrides]
-            if pretrained is not None and label != stats.BASELINE:
-                args.append(f"world_model.init={pretrained['path']}")
+            if pretrained is not None and label != stats.BASELINE:  # an informed world model replaces the real warm-up
+                args += [f"world_model.init={pretrained['path']}", "env.warmup_steps=0"]
             key = warm_eval_key(args) if share_warm_eval_runs else None
             done = earlier.get((label, seed, comparable(args), json.dumps(arm_bias, sort_keys=True)))
             if done is not None:
@@ -367,7 +367,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--no-share-warm-eval", action="store_true",
                    help="every training evaluates its warm start itself (default: one evaluation per warm start)")
     p.add_argument("--pretrain-wm", action="store_true",
-                   help="world-model arms start from a world model pretrained on the training tasks (cost reported)")
+                   help="world-model arms start from a world model pretrained on the training tasks, with no real "
+                        "warm-up steps (its one-time cost reported)")
     args, rest = p.parse_known_args(argv)
     bad = [a for a in rest if "=" not in a or a.startswith("-")]
     if bad:

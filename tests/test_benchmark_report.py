@@ -332,6 +332,7 @@ def test_world_model_arms_start_from_the_pretrained_model_and_the_table_shows_it
                                     train_fn=_fake_train, pretrained=pretrained)
     args = {r["arm"]: r["args"] for r in results["runs"]}
     assert "world_model.init=/x/wm.pt" in args["wmrl"] and not any("world_model.init" in a for a in args["sandbox_rl"])
+    assert "env.warmup_steps=0" in args["wmrl"] and "env.warmup_steps=0" not in args["sandbox_rl"]  # the informed world model replaces the real warm-up steps
     table = (tmp_path / "b" / "table.md").read_text()
     assert "120 real executions" in table and "| wmrl | 12.0 | 60.0 (1.50x) | 60.0 (1.50x) |" in table
 
