@@ -4,6 +4,7 @@ class the guard flagged executed whatever the budget."""
 from types import SimpleNamespace
 
 import numpy as np
+import torch
 
 from wmrl.config import EnvConfig
 from wmrl.corrections import AnchorBudget
@@ -52,3 +53,84 @@ def test_a_flagged_class_is_executed_whatever_the_budget():
     classes = ["forest", "linear"] * 4
     todo, prob = env.after_scoring(_trajs([0.01] * 8, classes), np.random.default_rng(0))
     assert todo.tolist() == [c == "forest" for c in classes] and (prob[todo] == 1).all()
+
+
+class _Sandbox:
+    """Records what it is asked to execute; every execution scores 0.9."""
+
+    def __init__(self):
+        self.requests = []
+
+    def submit(self, requests):
+        from wmrl.outcome import Outcome, Status
+
+        self.requests += list(requests)
+        return SimpleNamespace(result=lambda: [Outcome(r.task.name, Status.VALID, reward=0.9, wall_s=0.1) for r in requests])
+
+
+class _WorldModel:
+    """Scores the k-th program it is shown 0.1 + 0.05 k (a spread for the advantage to choose from)."""
+
+    def __init__(self):
+        self.seen = 0
+
+    def predict(self, queries):
+        import torch
+        from wmrl.outcome import Outcome, Status
+
+        r = torch.tensor([0.1 + 0.05 * (self.seen + k) for k in range(len(queries))])
+        self.seen += len(queries)
+        return SimpleNamespace(reward_mean=r, reward_var=torch.full_like(r, 0.01), malformed=None,
+                               outcome=lambda k: Outcome(queries[k].task, Status.VALID, reward=float(r[k])))
+
+
+def _rollout(sandbox, groups_selection="advantage", rate=0.125):
+    from wmrl.rollout.collect import Rollout, Sampling
+
+    task = SimpleNamespace(name="wine", prompt=lambda: "p", descriptor=lambda: "task=wine", metric="accuracy",
+                           action_class=lambda program: "linear")
+    suite = SimpleNamespace(get=lambda name: task)
+    cfg = EnvConfig(mode="wm", warmup_steps=0, anchor_selection=groups_selection, anchor_rate=rate, guard=False)
+    env = Environment(sandbox, _WorldModel(), cfg, suite, AnchorBudget.from_config(cfg))
+    generator = SimpleNamespace(generate=lambda ids, **kw: [SimpleNamespace(token_ids=[5, 6], logprobs=[-1.0, -1.0])
+                                                            for _ in ids])
+    tok = SimpleNamespace(pad_token_id=0, decode=lambda ids, skip_special_tokens=True: "def build():\n    return 1\n")
+    chat = SimpleNamespace(prompt_ids=lambda p: [1, 2], observation_text=lambda o: o, observation_ids=lambda t: [3])
+    return Rollout(tok, chat, generator, env, suite, turns=1, sampling=Sampling(1.0, 1.0, 8), max_length=64,
+                   seed=0), task
+
+
+def test_anchors_chosen_after_scoring_run_in_the_background_and_train_next_step_with_their_groups():
+    sandbox = _Sandbox()
+    rollout, task = _rollout(sandbox)
+    first = rollout.collect_train(0, [task] * 4, group_size=4, defer=True)  # 16 rows, 2 anchors (rate 1/8)
+    deferred = [r.meta for r in sandbox.requests]
+    assert len(deferred) == 2 and all(m["deferred"] and m["consumed"] == 1 for m in deferred)
+    held = {m["group"] for m in deferred}
+    assert len(first) == 16 - 4 * len(held)  # the anchors' groups wait for them; the other groups train now
+    assert not first.is_anchor.any() and (first.source == 1).all()
+    second = rollout.collect_train(1, [task] * 4, group_size=4, defer=False)  # the last step: anchors now
+    assert len(second) == 16 + 4 * len(held) and second.stats["rollout/deferred_anchors"] == 4 * len(held)
+    carried = second.group_ids >= 4
+    assert int((second.is_anchor & carried).sum()) == 2  # only the chosen ones executed; their mates kept WM rewards
+    assert torch.allclose(second.real_reward[second.is_anchor & carried], torch.tensor(0.9))
+    assert (second.anchor_prob[second.is_anchor & carried] < 1).all()  # chosen with a recorded probability
+    assert int((second.is_anchor & ~carried).sum()) == 2 and len(sandbox.requests) == 4
+
+
+def test_nothing_is_deferred_when_no_group_would_be_left_to_train_on_now():
+    from wmrl.rollout.collect import Rollout
+
+    trajs = _trajs([0.01] * 4, group_size=2)
+    todo = np.array([True, False, False, True])
+    assert (Rollout._defer_chosen(trajs, todo, np.full(4, 0.5), keep_some=True) == todo).all()
+    assert not any(t.deferred or t.pending for t in trajs)
+    left = Rollout._defer_chosen(trajs, todo, np.full(4, 0.5), keep_some=False)  # last step's anchors train now
+    assert not left.any() and [t.pending for t in trajs] == todo.tolist() and all(t.deferred for t in trajs)
+
+
+def test_a_checkpoint_written_before_group_mates_could_wait_resumes_its_anchors():
+    t = Trajectory("wine", 0, [1], [0.0], [0.0], scored=True, deferred=True)
+    d = t.to_dict()
+    del d["pending"]
+    assert Trajectory.from_dict(d).pending

@@ -125,7 +125,7 @@ class EnvConfig:
     warmup_steps: int = opt(3, "wm mode: first steps executed for real to train the world model")
     anchor_selection: str = opt("random", "random (whole groups) | uncertainty (WM variance) | advantage (|predicted A|)")
     anchor_floor: float = opt(0.2, "uncertainty/advantage: uniform share of the inclusion probability (bounds 1/p)")
-    async_anchors: bool = opt(True, "wm mode, random anchors: execute in the background and train one step later")
+    async_anchors: bool = opt(True, "wm mode: anchors execute in the background and train, with their groups, one step later")
     adaptive_rate: bool = opt(False, "anchor rate from recent fidelity, between anchor_rate_min and anchor_rate_max")
     anchor_rate_min: float = opt(0.1, "adaptive_rate: rate once the world model is good")
     anchor_rate_max: float = opt(0.5, "adaptive_rate: rate while the world model is weak (and at the start)")

@@ -46,20 +46,25 @@ class Rollout:
 
     def collect_train(self, step: int, tasks: list, group_size: int, defer: bool = False) -> RolloutBatch:
         """One training batch of this rank's share of the `len(tasks)` groups, routed by the environment.
-        `defer`: anchor groups execute in the background and join the next step's batch (importance-weighted
-        there by their recorded sampling log-probs); last step's deferred anchors join this one."""
+        `defer`: anchors execute in the background and join the next step's batch (importance-weighted
+        there by their recorded sampling log-probs) with their whole group; last step's deferred anchors
+        join this one. Random anchor groups are deferred before sampling; anchors chosen after scoring
+        (uncertainty, advantage, the guard) take their groups along, as long as a batch remains now."""
         rng = random.Random(stream_seed(self.seed, step, "train"))
         times = EnvTimes()
         carried = self.anchors.resolve(times)
         executed, scored = self.env.routing(len(tasks), step, rng)  # all groups, as one process routes them
         anchored = [e and s for e, s in zip(executed, scored)]
         # deferring must leave every rank a group to train on now (an empty batch has no update)
+        defer_chosen = defer
         defer = defer and all(not all(distributed.shard(anchored, r, self.world)) for r in range(self.world))
         tasks, executed, scored = (distributed.shard(x, self.rank, self.world) for x in (tasks, executed, scored))
         defer = defer and any(e and s for e, s in zip(executed, scored))
         trajs = self._start(tasks, group_size, executed, scored, defer)
         t_gen = self._play(trajs, step, "train", "val", self.sampling.temperature, times)
         todo, prob = self.env.after_scoring(trajs, np.random.default_rng(stream_seed(self.seed, step, "anchors" + self.own_streams)))
+        if defer_chosen and todo.any():
+            todo = self._defer_chosen(trajs, todo, prob, keep_some=not carried)
         self._execute_now([t for t, x in zip(trajs, todo) if x], [p for p, x in zip(prob, todo) if x], step, times)
         later = [t for t in trajs if t.deferred]
         if later:
@@ -81,6 +86,20 @@ class Rollout:
         batch.stats.update(_stats(t_gen, times))
         return batch
 
+    @staticmethod
+    def _defer_chosen(trajs: list[Trajectory], todo: np.ndarray, prob: np.ndarray, keep_some: bool) -> np.ndarray:
+        """Anchors chosen after scoring execute in the background, their groups trained with them next step
+        (a group's advantages need its anchors' real rewards). `keep_some`: unless a group stays to train on
+        now, nothing is deferred. Returns what still executes now."""
+        held = {t.group for t, x in zip(trajs, todo) if x}
+        if keep_some and all(t.group in held or t.deferred for t in trajs):
+            return todo
+        for t, x, p in zip(trajs, todo, prob):
+            if x:
+                t.pending, t.anchor_prob = True, float(p)
+            t.deferred = t.deferred or t.group in held
+        return np.zeros_like(todo)
+
     def _execute_now(self, trajs: list[Trajectory], probs: list[float], step: int, times: EnvTimes) -> None:
         """Execute every turn of world-model-scored trajectories for real: they become anchors."""
         if not trajs:
@@ -101,7 +120,8 @@ class Rollout:
             deferred = defer and executed[g] and scored[g]
             for _ in range(group_size):
                 trajs.append(Trajectory(task.name, g, list(prompt), [0.0] * len(prompt), [0.0] * len(prompt),
-                                        executed=executed[g] and not deferred, scored=scored[g], deferred=deferred))
+                                        executed=executed[g] and not deferred, scored=scored[g], deferred=deferred,
+                                        pending=deferred))
         return trajs
 
     def _play(self, trajs: list[Trajectory], step: int, purpose: str, split: str, temperature: float,
@@ -153,7 +173,8 @@ class Rollout:
 
 
 class BackgroundAnchors:
-    """Anchor trajectories of one step whose programs execute while the next step is collected."""
+    """Trajectories of one step carried to the next: the anchors among them (`pending`) execute while the
+    next step is collected; their group mates wait for them."""
 
     def __init__(self, env: Environment):
         self.env = env
@@ -166,7 +187,7 @@ class BackgroundAnchors:
         self.step, self.split, self.trajectories = step, split, trajectories
         items = [TurnItem(t.task, turn.program, meta={"step": step, "consumed": step + 1, "purpose": "train",
                                                        "group": t.group, "turn": k, "deferred": True})
-                 for t in trajectories for k, turn in enumerate(t.turns)]
+                 for t in trajectories if t.pending for k, turn in enumerate(t.turns)]
         self.future = self.env.execute(items, split)
 
     def resolve(self, times: EnvTimes) -> list[Trajectory]:
@@ -176,9 +197,11 @@ class BackgroundAnchors:
         outcomes = iter(self.env.collect(self.future, times))
         trajs, self.trajectories, self.future, self.step = self.trajectories, [], None, None
         for t in trajs:
-            for turn in t.turns:
-                turn.judgement.real = next(outcomes)
-            t.executed, t.deferred = True, False
+            if t.pending:
+                for turn in t.turns:
+                    turn.judgement.real = next(outcomes)
+                t.executed = True
+            t.deferred = t.pending = False
         return trajs
 
     def state_dict(self) -> dict | None:

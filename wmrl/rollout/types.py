@@ -90,7 +90,8 @@ class Trajectory:
     history: str = ""  # observations so far, as the world model reads them
     executed: bool = False
     scored: bool = False
-    deferred: bool = False  # an anchor whose real execution runs in the background, consumed next step
+    deferred: bool = False  # trained next step: an anchor (or a group mate of one) whose execution runs in the background
+    pending: bool = False  # deferred and executed in the background (a deferred group mate that is not: False)
     anchor_prob: float = 1.0  # probability it was chosen as an anchor (random groups and forced rows: 1)
 
     def best_turn(self) -> int:
@@ -112,8 +113,9 @@ class Trajectory:
             turns.append(d)
         return {"task": self.task, "group": self.group, "ids": self.ids, "loss_mask": self.loss_mask,
                 "logprobs": self.logprobs, "turns": turns, "history": self.history, "executed": self.executed,
-                "scored": self.scored, "deferred": self.deferred, "anchor_prob": self.anchor_prob}
+                "scored": self.scored, "deferred": self.deferred, "pending": self.pending, "anchor_prob": self.anchor_prob}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Trajectory":
-        return cls(**{**d, "turns": [Turn.from_dict(t) for t in d["turns"]]})
+        # checkpoints written before group mates could be deferred: every deferred trajectory executes
+        return cls(**{"pending": d.get("deferred", False), **d, "turns": [Turn.from_dict(t) for t in d["turns"]]})
