@@ -4,6 +4,7 @@ class the guard flagged executed whatever the budget."""
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 import torch
 
 from wmrl.config import EnvConfig
@@ -134,3 +135,79 @@ def test_a_checkpoint_written_before_group_mates_could_wait_resumes_its_anchors(
     d = t.to_dict()
     del d["pending"]
     assert Trajectory.from_dict(d).pending
+
+
+class _SlowSandbox:
+    """Each execution takes 50 ms on a thread of its own; records how many ran at once."""
+
+    def __init__(self):
+        import threading
+
+        self.lock, self.running, self.most, self.submits = threading.Lock(), 0, 0, 0
+
+    def submit(self, requests):
+        import threading
+        import time
+        from concurrent.futures import Future
+        from wmrl.outcome import Outcome, Status
+
+        self.submits += 1
+        future = Future()
+
+        def run():
+            with self.lock:
+                self.running += len(requests)
+                self.most = max(self.most, self.running)
+            time.sleep(0.05)
+            with self.lock:
+                self.running -= len(requests)
+            future.set_result([Outcome(r.meta["name"], Status.VALID, reward=0.5) for r in requests])
+
+        threading.Thread(target=run).start()
+        return future
+
+
+def _items(n):
+    from wmrl.rollout import TurnItem
+
+    return [TurnItem("wine", f"p{k}", meta={"name": f"p{k}"}) for k in range(n)]
+
+
+def test_background_executions_keep_at_most_their_slots_busy_and_return_in_order():
+    sandbox = _SlowSandbox()
+    suite = SimpleNamespace(get=lambda name: SimpleNamespace(name=name))
+    env = Environment(sandbox, None, EnvConfig(), suite, AnchorBudget.from_config(EnvConfig()), background_slots=2)
+    outcomes = env.execute_background(_items(7), "val").result(timeout=10)
+    assert [o.task for o in outcomes] == [f"p{k}" for k in range(7)] and sandbox.most == 2
+    unlimited = Environment(_SlowSandbox(), None, EnvConfig(), suite, AnchorBudget.from_config(EnvConfig()))
+    unlimited.execute_background(_items(7), "val").result(timeout=10)
+    assert unlimited.sandbox.most == 7 and unlimited.sandbox.submits == 1
+
+
+def test_a_failing_background_submission_reaches_the_trainer():
+    def submit(requests):
+        raise RuntimeError("sandbox is closed")
+
+    suite = SimpleNamespace(get=lambda name: SimpleNamespace(name=name))
+    env = Environment(SimpleNamespace(submit=submit), None, EnvConfig(), suite, AnchorBudget.from_config(EnvConfig()),
+                      background_slots=1)
+    with pytest.raises(RuntimeError, match="sandbox is closed"):
+        env.execute_background(_items(3), "val").result(timeout=10)
+
+
+@pytest.mark.parametrize("cores,threads,backend,setting,world,expected", [
+    (2, 0, "local", 0, 1, 1),  # 2 cores, 1 trainer thread: one background execution
+    (16, 0, "local", 0, 1, 8),  # 8 trainer threads leave 8 cores
+    (16, 4, "local", 0, 2, 4),  # two ranks of 4 threads leave 8 cores, 4 each
+    (2, 0, "ray", 0, 1, 0),  # a Ray cluster's slots are not this machine's cores: no limit
+    (2, 0, "local", -1, 1, 0),  # asked for every slot
+    (2, 0, "local", 3, 1, 3),
+])
+def test_background_slots_default_to_the_cores_the_trainer_leaves_free(monkeypatch, cores, threads, backend, setting,
+                                                                      world, expected):
+    from wmrl import recipe
+    from wmrl.config import load_config
+
+    monkeypatch.setattr(recipe.os, "cpu_count", lambda: cores)
+    cfg = load_config([f"threads={threads}", f"sandbox.backend={backend}", f"env.background_slots={setting}"])
+    assert recipe.background_slots(cfg, world) == expected

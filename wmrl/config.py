@@ -126,6 +126,8 @@ class EnvConfig:
     anchor_selection: str = opt("random", "random (whole groups) | uncertainty (WM variance) | advantage (|predicted A|)")
     anchor_floor: float = opt(0.2, "uncertainty/advantage: uniform share of the inclusion probability (bounds 1/p)")
     async_anchors: bool = opt(True, "wm mode: anchors execute in the background and train, with their groups, one step later")
+    background_slots: int = opt(0, "async anchors: executions at once in the background; 0 = the cores the trainer's "
+                                   "threads leave free (local sandbox; at least 1), -1 = every sandbox slot")
     adaptive_rate: bool = opt(False, "anchor rate from recent fidelity, between anchor_rate_min and anchor_rate_max")
     anchor_rate_min: float = opt(0.1, "adaptive_rate: rate once the world model is good")
     anchor_rate_max: float = opt(0.5, "adaptive_rate: rate while the world model is weak (and at the start)")

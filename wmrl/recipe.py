@@ -161,7 +161,8 @@ def build(cfg: DictConfig, run_dir: Path, suite, wrap_world_model: Callable[[Wor
     debiaser, callbacks = correction_callbacks(cfg.callbacks)
     shown_correction = debiaser if debiaser is not None and cfg.callbacks.debias.correct_observations else None
     budget = AnchorBudget.from_config(cfg.env)
-    env = Environment(sandbox, world_model, cfg.env, suite, budget, correction=shown_correction)
+    env = Environment(sandbox, world_model, cfg.env, suite, budget, correction=shown_correction,
+                      background_slots=background_slots(cfg, world))
     generator = make_generator(cfg.generation, policy, tok, chat.eos_ids)
     sync = WeightSync(generator, policy)
     sampling = Sampling(cfg.generation.temperature, cfg.generation.top_p, cfg.generation.max_new_tokens)
@@ -179,6 +180,22 @@ def build(cfg: DictConfig, run_dir: Path, suite, wrap_world_model: Callable[[Wor
                                     cfg.eval.every_n_steps, cfg.rl.steps, at_start=cfg.eval.at_start)
     return Parts(suite, sandbox, policy, warm, world_model, debiaser, env, rollout, data, module,
                  [*callbacks, cost, *([evaluation] if rank == 0 else [])], cost, evaluation)
+
+
+def trainer_threads(cfg: DictConfig, world: int) -> int:
+    """torch threads of one rank: `threads`, or half the cores shared out over the ranks."""
+    return cfg.threads if cfg.threads > 0 else max(1, (os.cpu_count() or 2) // 2 // world)
+
+
+def background_slots(cfg: DictConfig, world: int) -> int:
+    """One rank's limit on background executions (0: none): `env.background_slots`, or, when 0, the local
+    cores the trainers' threads leave free (a Ray cluster's slots are not this machine's cores: no limit)."""
+    n = int(cfg.env.background_slots)
+    if n < 0 or (n == 0 and cfg.sandbox.backend != "local"):
+        return 0
+    if n == 0:
+        n = max(1, (os.cpu_count() or 2) - trainer_threads(cfg, world) * world)
+    return max(1, n // world)
 
 
 def _sandbox_share(sandbox_cfg: DictConfig, world: int) -> DictConfig:
@@ -202,8 +219,7 @@ def train(cfg: DictConfig, wrap_world_model: Callable[[WorldModel], WorldModel] 
     # Oversubscribed cores make torch's OpenMP threads spin: on 2 cores with a busy sandbox, 2 threads
     # ran a training step 15x slower than 1 thread.
     world, rank = distributed.world_size(cfg.trainer), distributed.rank()
-    cores = os.cpu_count() or 2
-    torch.set_num_threads(cfg.threads if cfg.threads > 0 else max(1, cores // 2 // world))
+    torch.set_num_threads(trainer_threads(cfg, world))
     _quiet()
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     if rank == 0:

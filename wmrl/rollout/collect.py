@@ -188,7 +188,7 @@ class BackgroundAnchors:
         items = [TurnItem(t.task, turn.program, meta={"step": step, "consumed": step + 1, "purpose": "train",
                                                        "group": t.group, "turn": k, "deferred": True})
                  for t in trajectories if t.pending for k, turn in enumerate(t.turns)]
-        self.future = self.env.execute(items, split)
+        self.future = self.env.execute_background(items, split)
 
     def resolve(self, times: EnvTimes) -> list[Trajectory]:
         """The pending trajectories with their real outcomes (waits for any still running)."""
