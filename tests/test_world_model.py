@@ -216,6 +216,20 @@ def test_certain_runtime_errors_are_predicted_exactly_without_the_network():
     assert float(p.reward_var[1]) > 0.0
 
 
+def test_the_network_learns_only_from_programs_the_checks_leave_to_it():
+    """A certain runtime error is predicted by the static check at query time, so it must not shape the
+    network's prior either (trained on them, it took runtime errors for the common case)."""
+    fine = "from sklearn.ensemble import RandomForestClassifier\n\ndef build():\n    return RandomForestClassifier()\n"
+    bad_import = "from sklearn.neural_network import SVC\n\ndef build():\n    return SVC()\n"
+    crash = Outcome("wine", Status.RUNTIME_ERROR, reward=0.1, stderr_tail="ImportError: cannot import name 'SVC'")
+    ok = Outcome("wine", Status.VALID, value=0.9, pos=0.8, reward=0.9)
+    q = lambda program: WMQuery("wine", TASKS["wine"], program)  # noqa: E731
+    assert LearnedEnsembleWM._trainable(q(fine), ok) and not LearnedEnsembleWM._trainable(q(bad_import), crash)
+    wm = LearnedEnsembleWM(SMALL, seed=0)
+    assert wm.add([(q(fine), ok), (q(bad_import), crash), (q(bad_import + "\n"), crash)]) == 1
+    assert wm.fit([(q(fine), ok), (q(bad_import), crash)], epochs=1)["wm/examples"] == 1.0
+
+
 def test_predicted_feedback_reads_like_real_feedback():
     """A failure is shown with its error line, in the exact format of a real observation: the exact
     line for a program seen before, the precheck's own message for a syntax error, and for a new
@@ -257,3 +271,16 @@ def test_pretrain_fits_on_training_tasks_only_is_cached_and_loads_as_init(sessio
     assert again["cached"] and again["path"] == first["path"] and again["executions"] == first["executions"]
     wm = make_world_model({"init": first["path"]}, seed=0)
     assert wm.replay_len > 0  # starts informed: it has seen the corpus
+
+
+def test_a_pretrained_world_model_is_fitted_again_when_the_code_that_learns_changes(monkeypatch):
+    import inspect
+
+    from wmrl.config import load_config
+    from wmrl.world_model import ensemble, pretrain
+
+    cfg = load_config([])
+    key = pretrain.cache_key(cfg, [], 4, 2, [], 0)
+    source = inspect.getsource
+    monkeypatch.setattr(pretrain.inspect, "getsource", lambda m: "changed" if m is ensemble else source(m))
+    assert pretrain.cache_key(cfg, [], 4, 2, [], 0) != key

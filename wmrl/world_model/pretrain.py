@@ -33,11 +33,13 @@ def corpus_programs(tasks: list, per_task: int, broken_rate: float, seed: int) -
 
 def cache_key(cfg, tasks: list, per_task: int, epochs: int, logs: list[str], seed: int) -> str:
     from wmrl.policy import grammar
+    from wmrl.world_model import ensemble, static
     from wmrl.world_model.ensemble import world_model_config
 
     wm = {k: v for k, v in asdict(world_model_config(cfg.world_model)).items() if k != "init"}
     blob = json.dumps([wm, sorted(t.fingerprint() for t in tasks), per_task, epochs, sorted(logs), seed,
-                       cfg.policy.sft_invalid_rate, inspect.getsource(grammar)], sort_keys=True, default=str)
+                       cfg.policy.sft_invalid_rate, *(inspect.getsource(m) for m in (grammar, ensemble, static))],
+                      sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
