@@ -57,16 +57,20 @@ def test_a_flagged_class_is_executed_whatever_the_budget():
 
 
 class _Sandbox:
-    """Records what it is asked to execute; every execution scores 0.9."""
+    """Records what it is asked to execute and when the trainer waits for it; every execution scores 0.9."""
 
-    def __init__(self):
-        self.requests = []
+    def __init__(self, events=None):
+        self.requests, self.events = [], [] if events is None else events
 
     def submit(self, requests):
         from wmrl.outcome import Outcome, Status
 
         self.requests += list(requests)
-        return SimpleNamespace(result=lambda: [Outcome(r.task.name, Status.VALID, reward=0.9, wall_s=0.1) for r in requests])
+
+        def result():
+            self.events.append(("wait", [r.meta.get("deferred", False) for r in requests]))
+            return [Outcome(r.task.name, Status.VALID, reward=0.9, wall_s=0.1) for r in requests]
+        return SimpleNamespace(result=result)
 
 
 class _WorldModel:
@@ -85,7 +89,7 @@ class _WorldModel:
                                outcome=lambda k: Outcome(queries[k].task, Status.VALID, reward=float(r[k])))
 
 
-def _rollout(sandbox, groups_selection="advantage", rate=0.125):
+def _rollout(sandbox, groups_selection="advantage", rate=0.125, events=None):
     from wmrl.rollout.collect import Rollout, Sampling
 
     task = SimpleNamespace(name="wine", prompt=lambda: "p", descriptor=lambda: "task=wine", metric="accuracy",
@@ -93,8 +97,9 @@ def _rollout(sandbox, groups_selection="advantage", rate=0.125):
     suite = SimpleNamespace(get=lambda name: task)
     cfg = EnvConfig(mode="wm", warmup_steps=0, anchor_selection=groups_selection, anchor_rate=rate, guard=False)
     env = Environment(sandbox, _WorldModel(), cfg, suite, AnchorBudget.from_config(cfg))
-    generator = SimpleNamespace(generate=lambda ids, **kw: [SimpleNamespace(token_ids=[5, 6], logprobs=[-1.0, -1.0])
-                                                            for _ in ids])
+    events = [] if events is None else events
+    generator = SimpleNamespace(generate=lambda ids, **kw: events.append(("generate", len(ids))) or [
+        SimpleNamespace(token_ids=[5, 6], logprobs=[-1.0, -1.0]) for _ in ids])
     tok = SimpleNamespace(pad_token_id=0, decode=lambda ids, skip_special_tokens=True: "def build():\n    return 1\n")
     chat = SimpleNamespace(prompt_ids=lambda p: [1, 2], observation_text=lambda o: o, observation_ids=lambda t: [3])
     return Rollout(tok, chat, generator, env, suite, turns=1, sampling=Sampling(1.0, 1.0, 8), max_length=64,
@@ -117,6 +122,16 @@ def test_anchors_chosen_after_scoring_run_in_the_background_and_train_next_step_
     assert torch.allclose(second.real_reward[second.is_anchor & carried], torch.tensor(0.9))
     assert (second.anchor_prob[second.is_anchor & carried] < 1).all()  # chosen with a recorded probability
     assert int((second.is_anchor & ~carried).sum()) == 2 and len(sandbox.requests) == 4
+
+
+def test_last_steps_anchors_execute_while_this_step_generates():
+    events = []
+    rollout, task = _rollout(_Sandbox(events), groups_selection="random", rate=0.25, events=events)
+    rollout.collect_train(0, [task] * 4, group_size=4, defer=True)  # one random anchor group, in the background
+    events.clear()
+    rollout.collect_train(1, [task] * 4, group_size=4, defer=True)
+    waits = [k for k, e in enumerate(events) if e[0] == "wait" and all(e[1])]
+    assert len(waits) == 1 and events[0][0] == "generate" and waits[0] > events.index(("generate", 16))
 
 
 def test_nothing_is_deferred_when_no_group_would_be_left_to_train_on_now():

@@ -52,7 +52,7 @@ class Rollout:
         (uncertainty, advantage, the guard) take their groups along, as long as a batch remains now."""
         rng = random.Random(stream_seed(self.seed, step, "train"))
         times = EnvTimes()
-        carried = self.anchors.resolve(times)
+        waiting = bool(self.anchors.trajectories)  # last step's, still executing while this step generates
         executed, scored = self.env.routing(len(tasks), step, rng)  # all groups, as one process routes them
         anchored = [e and s for e, s in zip(executed, scored)]
         # deferring must leave every rank a group to train on now (an empty batch has no update)
@@ -64,8 +64,9 @@ class Rollout:
         t_gen = self._play(trajs, step, "train", "val", self.sampling.temperature, times)
         todo, prob = self.env.after_scoring(trajs, np.random.default_rng(stream_seed(self.seed, step, "anchors" + self.own_streams)))
         if defer_chosen and todo.any():
-            todo = self._defer_chosen(trajs, todo, prob, keep_some=not carried)
+            todo = self._defer_chosen(trajs, todo, prob, keep_some=not waiting)
         self._execute_now([t for t, x in zip(trajs, todo) if x], [p for p, x in zip(prob, todo) if x], step, times)
+        carried = self.anchors.resolve(times)
         later = [t for t in trajs if t.deferred]
         if later:
             self.anchors.submit(step, "val", later)
