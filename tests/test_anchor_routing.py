@@ -67,7 +67,7 @@ class _Sandbox:
 
         self.requests += list(requests)
 
-        def result():
+        def result(timeout=None):
             self.events.append(("wait", [r.meta.get("deferred", False) for r in requests]))
             return [Outcome(r.task.name, Status.VALID, reward=0.9, wall_s=0.1) for r in requests]
         return SimpleNamespace(result=result)
@@ -155,6 +155,8 @@ def test_a_checkpoint_written_before_group_mates_could_wait_resumes_its_anchors(
 class _SlowSandbox:
     """Each execution takes 50 ms on a thread of its own; records how many ran at once."""
 
+    slots = 4
+
     def __init__(self):
         import threading
 
@@ -199,12 +201,21 @@ def test_background_executions_keep_at_most_their_slots_busy_and_return_in_order
     assert unlimited.sandbox.most == 7 and unlimited.sandbox.submits == 1
 
 
+def test_once_the_trainer_waits_the_background_executions_take_every_slot():
+    sandbox = _SlowSandbox()
+    suite = SimpleNamespace(get=lambda name: SimpleNamespace(name=name))
+    env = Environment(sandbox, None, EnvConfig(), suite, AnchorBudget.from_config(EnvConfig()), background_slots=1)
+    running = env.execute_background(_items(12), "val")
+    running.hurry()
+    assert len(running.result()) == 12 and sandbox.most == sandbox.slots
+
+
 def test_a_failing_background_submission_reaches_the_trainer():
     def submit(requests):
         raise RuntimeError("sandbox is closed")
 
     suite = SimpleNamespace(get=lambda name: SimpleNamespace(name=name))
-    env = Environment(SimpleNamespace(submit=submit), None, EnvConfig(), suite, AnchorBudget.from_config(EnvConfig()),
+    env = Environment(SimpleNamespace(submit=submit, slots=2), None, EnvConfig(), suite, AnchorBudget.from_config(EnvConfig()),
                       background_slots=1)
     with pytest.raises(RuntimeError, match="sandbox is closed"):
         env.execute_background(_items(3), "val").result(timeout=10)

@@ -45,6 +45,22 @@ def choose_anchors(n_groups: int, rate: float, rng: random.Random) -> list[bool]
     return [g in chosen for g in range(n_groups)]
 
 
+class BackgroundExecutions:
+    """Executions running in the background, at most `background_slots` at once until `hurry`."""
+
+    def __init__(self, future: Future, free: threading.Semaphore | None = None, extra: int = 0):
+        self.future, self.free, self.extra = future, free, extra
+
+    def hurry(self) -> None:
+        """The trainer is waiting: the rest may use every sandbox slot."""
+        if self.free is not None and self.extra:
+            self.free.release(self.extra)
+            self.extra = 0
+
+    def result(self, timeout: float | None = None) -> list[Outcome]:
+        return self.future.result(timeout)
+
+
 class Environment:
     """`budget`: how many and which real executions (shared with the callback that measures the
     world model on anchors). `correction`: the debiasing shared with the debias callback; when
@@ -111,18 +127,19 @@ class Environment:
 
         return self.sandbox.submit([ExecRequest(self.suite.get(i.task), i.program, split, i.meta) for i in items])
 
-    def execute_background(self, items: Sequence[TurnItem], split: str) -> Future:
-        """`execute`, with at most `background_slots` of them running at once: executions that overlap
-        training leave the trainer its cores (on 2 cores, two background executions slowed the policy
-        update by 40 %)."""
+    def execute_background(self, items: Sequence[TurnItem], split: str) -> "BackgroundExecutions":
+        """`execute`, with at most `background_slots` of them running at once while the trainer works:
+        executions that overlap training leave the trainer its cores (on 2 cores, two background executions
+        slowed the policy update by 40 %). Once the trainer waits for them (`hurry`), every slot is theirs."""
         n = self.background_slots
         if n <= 0 or len(items) <= n:
-            return self.execute(items, split)
+            return BackgroundExecutions(self.execute(items, split))
         future: Future = Future()
+        free = threading.Semaphore(n)
 
         def feed() -> None:
             try:
-                free, started = threading.Semaphore(n), []
+                started = []
                 for item in items:
                     free.acquire()
                     started.append(self.execute([item], split))
@@ -132,7 +149,7 @@ class Environment:
                 future.set_exception(e)
 
         threading.Thread(target=feed, daemon=True, name="background-executions").start()
-        return future
+        return BackgroundExecutions(future, free, extra=max(0, int(self.sandbox.slots) - n))
 
     def collect(self, future, times: EnvTimes) -> list[Outcome]:
         t0 = time.perf_counter()

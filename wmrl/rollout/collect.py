@@ -195,6 +195,7 @@ class BackgroundAnchors:
         """The pending trajectories with their real outcomes (waits for any still running)."""
         if not self.trajectories:
             return []
+        self.future.hurry()
         outcomes = iter(self.env.collect(self.future, times))
         trajs, self.trajectories, self.future, self.step = self.trajectories, [], None, None
         for t in trajs:
