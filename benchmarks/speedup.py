@@ -83,6 +83,9 @@ def train_command(args: list[str], bias: dict[str, float]) -> list[str]:
     return [sys.executable, str(ROOT / "benchmarks" / "train_biased.py"), f"--bias={spec}", *args]
 
 
+TERMINATE_GRACE_S = 60.0  # a stopped benchmark's training gets this long to exit on SIGTERM, then SIGKILL
+
+
 def subprocess_train(args: list[str], log_path: Path, bias: dict[str, float]) -> dict:
     """Runs one training (`train_command`), output to log_path; the run's summary.json, or RuntimeError with the tail."""
     run_root = Path(next(a.split("=", 1)[1] for a in args if a.startswith("run_dir=")))
@@ -91,10 +94,14 @@ def subprocess_train(args: list[str], log_path: Path, bias: dict[str, float]) ->
                                 stderr=subprocess.STDOUT, env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
         try:
             rc = proc.wait()
-        finally:  # a stopped benchmark must not leave its training running
+        finally:  # a stopped benchmark must not leave its training running, nor go on to the next one
             if proc.poll() is None:
                 proc.terminate()
-                proc.wait(timeout=60)
+                try:
+                    proc.wait(timeout=TERMINATE_GRACE_S)
+                except subprocess.TimeoutExpired:  # raised here, it would replace the stop and read as a failed arm
+                    proc.kill()
+                    proc.wait()
     summaries = sorted(run_root.glob("*/summary.json"))
     if rc != 0 or not summaries:
         tail = log_path.read_text(errors="replace")[-3000:]

@@ -464,3 +464,33 @@ def test_reuse_takes_finished_trainings_with_the_same_arguments_and_trains_the_r
     speedup.run_benchmark(tmp_path / "biased", "correlated", seeds=1, overrides=["rl.steps=4"],
                           only=["sandbox_rl", "wm_raw"], train_fn=recording, reuse=[out])
     assert trained == ["experiment=wm_raw"]  # the same arguments but a biased world model: trained again
+
+
+def test_a_stopped_benchmark_kills_a_training_that_ignores_sigterm_and_stops(tmp_path, monkeypatch):
+    """SIGTERM's SystemExit must end the benchmark even when the training outlives its grace period (the
+    TimeoutExpired of the wait used to replace the stop: the arm read as failed and the next one started)."""
+    import subprocess
+    import sys
+    import time
+
+    speedup = _load_speedup()
+    stubborn = [sys.executable, "-c", "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                                      "open('started', 'w').close()\ntime.sleep(600)"]
+    monkeypatch.setattr(speedup, "train_command", lambda args, bias: stubborn)
+    monkeypatch.setattr(speedup, "ROOT", tmp_path)
+    monkeypatch.setattr(speedup, "TERMINATE_GRACE_S", 0.5)
+    children = []
+    real_wait = subprocess.Popen.wait
+
+    def wait(self, timeout=None):
+        if timeout is None:  # the benchmark's own wait: SIGTERM arrives while the training runs
+            children.append(self)
+            while not (tmp_path / "started").exists():
+                time.sleep(0.05)
+            raise SystemExit(143)
+        return real_wait(self, timeout)
+
+    monkeypatch.setattr(subprocess.Popen, "wait", wait)
+    with pytest.raises(SystemExit):
+        speedup.subprocess_train([f"run_dir={tmp_path}/run"], tmp_path / "log.txt", {})
+    assert children and real_wait(children[0], timeout=5) == -9  # killed, not left running
