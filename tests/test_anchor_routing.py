@@ -34,6 +34,16 @@ def test_random_selection_anchors_whole_groups_before_sampling():
     assert not todo.any() and (prob == 1).all()  # nothing more to choose after scoring
 
 
+def test_random_anchor_groups_are_the_nominal_rate_on_average():
+    env = _env(anchor_selection="random", anchor_rate=0.25)
+    rng = __import__("random").Random(0)
+    counts = [sum(env.routing(6, step=5, rng=rng)[0]) for _ in range(4000)]
+    assert set(counts) == {1, 2}  # 0.25 x 6 = 1.5 groups: one or two, never a fixed 2 (33 %)
+    assert np.mean(counts) == pytest.approx(1.5, abs=0.05)
+    assert sum(_env(anchor_selection="random", anchor_rate=0.0).routing(6, step=5, rng=rng)[0]) == 0
+    assert sum(_env(anchor_selection="random", anchor_rate=1.0).routing(6, step=5, rng=rng)[0]) == 6
+
+
 def test_uncertainty_selection_executes_where_the_world_model_is_least_sure():
     env = _env(anchor_selection="uncertainty", anchor_rate=0.25, anchor_floor=0.2)
     assert env.routing(4, step=5, rng=__import__("random").Random(0)) == ([False] * 4, [True] * 4)

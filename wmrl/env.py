@@ -39,8 +39,11 @@ class EnvTimes:
 
 
 def choose_anchors(n_groups: int, rate: float, rng: random.Random) -> list[bool]:
-    """Random anchor groups: round(rate * n) of them, at least one when rate > 0."""
-    k = min(n_groups, max(1 if rate > 0 else 0, round(rate * n_groups)))
+    """Random anchor groups, rate * n of them in expectation: floor(rate * n), plus one more with probability
+    equal to the fraction left. Rounding instead spent 2 of 6 groups (33 %) at rate 0.25 on every step."""
+    expected = min(float(n_groups), max(0.0, rate * n_groups))
+    k = math.floor(expected)
+    k += rng.random() < expected - k
     chosen = set(rng.sample(range(n_groups), k))
     return [g in chosen for g in range(n_groups)]
 
