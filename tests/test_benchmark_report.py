@@ -160,7 +160,17 @@ def test_ablation_order_against_the_paper():
     assert abl["order"] == ["wmrl", "wmrl_no_denoise", "wmrl_no_debias", "wm_raw"] and abl["matches_paper"]
     runs[1]["history"]["eval/real_reward"] = {2: 0.7}  # wm_raw best
     abl = stats.build_report(runs, arms)["ablation"]
-    assert abl["order"][0] == "wm_raw" and not abl["matches_paper"]
+    assert abl["order"][0] == "wm_raw" and abl["matches_paper"] is False
+
+
+def test_ablation_order_of_a_subset_is_not_judged():
+    """Two of the paper's four arms in the paper's order neither match nor contradict it: the table must not say "no"."""
+    runs = [_run(a, [1] * 2, [1] * 2, [0] * 2, {2: v}, 1, 1.0) for a, v in [("sandbox_rl", 0.5), ("wm_raw", 0.4), ("wmrl", 0.6)]]
+    report = stats.build_report(runs, ["sandbox_rl", "wm_raw", "wmrl"])
+    assert report["ablation"]["order"] == ["wmrl", "wm_raw"] and report["ablation"]["matches_paper"] is None
+    text = render.render_markdown(report)
+    assert "matches: not judged, 2 of its 4 arms measured" in text and "matches: no)" not in text
+    assert [t["passed"] for t in tg.check(report) if t["target"].startswith("ablation ordering")] == [None]
 
 
 def test_stratum_table_bias_and_spread_per_task_and_class():

@@ -5,7 +5,7 @@ from typing import Sequence
 
 from wmrl.benchmark import targets as tg_
 from wmrl.benchmark.format import fmt, fmt_ci
-from wmrl.benchmark.stats import FIDELITY
+from wmrl.benchmark.stats import FIDELITY, PAPER_ORDER
 
 
 def _x(r) -> str:
@@ -63,8 +63,10 @@ def render_markdown(report: dict, strata: Sequence[dict] = (), recovered: Sequen
     lines += versus_section(report)
     abl = report["ablation"]
     if len(abl["order"]) >= 2:
+        verdict = {True: "yes", False: "no"}.get(abl["matches_paper"], f"not judged, {len(abl['order'])} of its "
+                                                                        f"{len(PAPER_ORDER)} arms measured")
         lines += ["", f"Ablation order by final eval reward: {' > '.join(abl['order'])} "
-                      f"(paper: {' > '.join(abl['expected'])}; matches: {'yes' if abl['matches_paper'] else 'no'})."]
+                      f"(paper: {' > '.join(abl['expected'])}; matches: {verdict})."]
     tg = tg_.check(report) if show_targets else []
     if tg:
         lines += ["", "| target | measured | result |", "|---|---|---|"]

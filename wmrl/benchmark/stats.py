@@ -206,11 +206,12 @@ def arm_row(arm: str, runs: Sequence[dict]) -> dict:
 
 
 def ablation_order(rows: Sequence[dict], arms: Sequence[str] = PAPER_ORDER) -> dict:
-    """Measured order of the world-model arms by mean final eval reward, and whether it is the paper's."""
+    """Measured order of the world-model arms by mean final eval reward, and whether it is the paper's: None (not
+    judged) unless every arm of the paper's order was measured, since a subset's order says nothing about the rest."""
     present = [r for r in rows if r["arm"] in arms and r["final_eval"]["mean"] is not None]
     order = [r["arm"] for r in sorted(present, key=lambda r: -r["final_eval"]["mean"])]
     expected = [a for a in arms if a in order]
-    return {"order": order, "expected": expected, "matches_paper": order == expected and len(order) == len(arms)}
+    return {"order": order, "expected": expected, "matches_paper": order == expected if len(order) == len(arms) else None}
 
 
 def build_report(runs: Sequence[dict], arms: Sequence[str], baseline: str = BASELINE, wmrl: str = "wmrl",
