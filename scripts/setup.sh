@@ -3,9 +3,13 @@
 # torch wheel (never a multi-GB CUDA build on a CPU-only machine), then the package.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! command -v bwrap >/dev/null 2>&1; then
+# System packages: bubblewrap, and libseccomp2 (the library pyseccomp's seccomp filter loads at run time).
+MISSING=""
+command -v bwrap >/dev/null 2>&1 || MISSING="$MISSING bubblewrap"
+ldconfig -p 2>/dev/null | grep 'libseccomp\.so\.2' >/dev/null || MISSING="$MISSING libseccomp2"
+if [ -n "$MISSING" ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
-  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq bubblewrap >/dev/null
+  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq $MISSING >/dev/null
 fi
 PY=${PYTHON:-python3}
 if ! $PY -c "import torch" >/dev/null 2>&1; then
