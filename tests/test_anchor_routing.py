@@ -99,13 +99,14 @@ class _WorldModel:
                                outcome=lambda k: Outcome(queries[k].task, Status.VALID, reward=float(r[k])))
 
 
-def _rollout(sandbox, groups_selection="advantage", rate=0.125, events=None):
+def _rollout(sandbox, groups_selection="advantage", rate=0.125, events=None, lag=1):
     from wmrl.rollout.collect import Rollout, Sampling
 
     task = SimpleNamespace(name="wine", prompt=lambda: "p", descriptor=lambda: "task=wine", metric="accuracy",
                            action_class=lambda program: "linear")
     suite = SimpleNamespace(get=lambda name: task)
-    cfg = EnvConfig(mode="wm", warmup_steps=0, anchor_selection=groups_selection, anchor_rate=rate, guard=False)
+    cfg = EnvConfig(mode="wm", warmup_steps=0, anchor_selection=groups_selection, anchor_rate=rate, guard=False,
+                    anchor_lag=lag)
     env = Environment(sandbox, _WorldModel(), cfg, suite, AnchorBudget.from_config(cfg))
     events = [] if events is None else events
     generator = SimpleNamespace(generate=lambda ids, **kw: events.append(("generate", len(ids))) or [
@@ -121,7 +122,7 @@ def test_anchors_chosen_after_scoring_run_in_the_background_and_train_next_step_
     rollout, task = _rollout(sandbox)
     first = rollout.collect_train(0, [task] * 4, group_size=4, defer=True)  # 16 rows, 2 anchors (rate 1/8)
     deferred = [r.meta for r in sandbox.requests]
-    assert len(deferred) == 2 and all(m["deferred"] and m["consumed"] == 1 for m in deferred)
+    assert len(deferred) == 2 and all(m["deferred"] and m["step"] == 0 and m["rank"] == 0 for m in deferred)
     held = {m["group"] for m in deferred}
     assert len(first) == 16 - 4 * len(held)  # the anchors' groups wait for them; the other groups train now
     assert not first.is_anchor.any() and (first.source == 1).all()
@@ -142,6 +143,94 @@ def test_last_steps_anchors_execute_while_this_step_generates():
     rollout.collect_train(1, [task] * 4, group_size=4, defer=True)
     waits = [k for k, e in enumerate(events) if e[0] == "wait" and all(e[1])]
     assert len(waits) == 1 and events[0][0] == "generate" and waits[0] > events.index(("generate", 16))
+
+
+class _HeldSandbox:
+    """Every submission's outcomes (0.9 each) arrive only when the test releases them (or at once, `immediate`)."""
+
+    def __init__(self):
+        self.futures, self.immediate = [], False
+
+    def submit(self, requests):
+        from concurrent.futures import Future
+        from wmrl.outcome import Outcome, Status
+
+        future = Future()
+        self.futures.append((future, [Outcome(r.task.name, Status.VALID, reward=0.9, wall_s=0.1) for r in requests]))
+        if self.immediate:
+            self.release(len(self.futures) - 1)
+        return future
+
+    def release(self, k, after_s=0.0):
+        import threading
+
+        future, outcomes = self.futures[k]
+        threading.Timer(after_s, future.set_result, [outcomes]).start() if after_s else future.set_result(outcomes)
+
+
+def test_anchor_groups_train_lag_steps_after_their_own_whatever_finished_first():
+    sandbox = _HeldSandbox()
+    rollout, task = _rollout(sandbox, groups_selection="random", rate=0.25, lag=3)  # one group of 4 per step
+    sizes = [len(rollout.collect_train(0, [task] * 4, group_size=4, defer=True))]
+    sandbox.release(0)  # step 0's anchors finished at once: they still wait for their step
+    for step in (1, 2):
+        batch = rollout.collect_train(step, [task] * 4, group_size=4, defer=True)
+        sizes.append(len(batch))
+        assert batch.stats["rollout/deferred_anchors"] == 0
+    assert sizes == [12, 12, 12] and len(sandbox.futures) == 3
+    sandbox.release(1)  # step 1's finished too, but is not due before step 4
+    batch = rollout.collect_train(3, [task] * 4, group_size=4, defer=True)
+    assert batch.stats["rollout/deferred_anchors"] == 4 and len(batch) == 12 + 4
+    assert torch.allclose(batch.real_reward[batch.group_ids >= 4], torch.tensor(0.9))
+    assert rollout.collect_train(4, [task] * 4, group_size=4, defer=True).stats["rollout/deferred_anchors"] == 4
+    for k in (2, 3, 4):  # still running when the last step starts: the trainer waits for them
+        sandbox.release(k, after_s=0.3)
+    sandbox.immediate = True  # the last step executes its own anchors now
+    last = rollout.collect_train(5, [task] * 4, group_size=4, defer=False)  # and waits for everything left
+    assert last.stats["rollout/deferred_anchors"] == 12 and len(last) == 16 + 12  # steps 2, 3 and 4
+    carried = last.group_ids >= 4
+    assert len(set(last.group_ids[carried].tolist())) == 3  # three earlier steps' groups stay apart
+    assert torch.allclose(last.real_reward[carried & last.is_anchor], torch.tensor(0.9))
+
+
+def test_background_anchors_of_a_checkpoint_with_several_steps_in_flight_resume_and_are_replayed():
+    from wmrl.rollout.collect import Rollout
+
+    sandbox = _HeldSandbox()
+    rollout, task = _rollout(sandbox, groups_selection="random", rate=0.25, lag=3)
+    for step in (0, 1):
+        rollout.collect_train(step, [task] * 4, group_size=4, defer=True)
+    state = rollout.state_dict()
+    assert Rollout.replayed(state) == {(0, 0), (0, 1)}
+    resumed, _ = _rollout(sandbox, groups_selection="random", rate=0.25, lag=3)
+    resumed.load_state_dict(state)
+    assert len(sandbox.futures) == 4  # both submissions execute again
+    for k in range(4):
+        sandbox.release(k)
+    sandbox.immediate = True
+    assert resumed.collect_train(2, [task] * 4, group_size=4, defer=False).stats["rollout/deferred_anchors"] == 8
+    old = {"pending_anchors": {"step": 4, "split": "val", "trajectories": []}}  # one step in flight, as written before
+    assert Rollout.replayed(old) == {(0, 4)}
+
+
+def test_rewind_forgets_the_background_anchors_a_resumed_run_replays_and_keeps_those_already_trained(tmp_path):
+    from wmrl.outcome import Outcome, Status
+    from wmrl.sandbox import ExecutionLog, read_log, rewind
+
+    log = ExecutionLog(tmp_path / "executions.sqlite")
+    metas = [{"purpose": "train", "step": 3},  # kept: before the checkpoint at step 5
+             {"purpose": "train", "step": 5},  # replayed: the step the checkpoint resumes at
+             {"purpose": "train", "step": 2, "deferred": True, "rank": 0},  # trained at step 4: kept
+             {"purpose": "train", "step": 3, "deferred": True, "rank": 0},  # still in flight: replayed
+             {"purpose": "train", "step": 3, "deferred": True, "rank": 1},  # rank 1's of step 3 trained already: kept
+             {"purpose": "train", "step": 4, "deferred": True},  # rank 0 (no rank recorded), in flight: replayed
+             {"purpose": "train", "step": 3, "deferred": True, "consumed": 4},  # an older log's row, trained: kept
+             {"purpose": "eval", "step": 5}, {"purpose": "eval", "step": 6}]  # the checkpoint holds step 5's eval
+    for k, meta in enumerate(metas):
+        log.append(Outcome("wine", Status.VALID, reward=0.5), f"p{k}", {**meta, "k": k})
+    log.close()
+    removed = rewind(tmp_path / "executions.sqlite", 5, {(0, 3), (0, 4)})
+    assert removed == 4 and [r["meta"]["k"] for r in read_log(tmp_path / "executions.sqlite")] == [0, 2, 4, 6, 7]
 
 
 def test_nothing_is_deferred_when_no_group_would_be_left_to_train_on_now():
@@ -209,6 +298,14 @@ def test_background_executions_keep_at_most_their_slots_busy_and_return_in_order
     unlimited = Environment(_SlowSandbox(), None, EnvConfig(), suite, AnchorBudget.from_config(EnvConfig()))
     unlimited.execute_background(_items(7), "val").result(timeout=10)
     assert unlimited.sandbox.most == 7 and unlimited.sandbox.submits == 1
+
+
+def test_background_submissions_of_several_steps_share_one_limit():
+    sandbox = _SlowSandbox()
+    suite = SimpleNamespace(get=lambda name: SimpleNamespace(name=name))
+    env = Environment(sandbox, None, EnvConfig(), suite, AnchorBudget.from_config(EnvConfig()), background_slots=1)
+    first, second = env.execute_background(_items(4), "val"), env.execute_background(_items(4), "val")
+    assert len(first.result(timeout=10)) == len(second.result(timeout=10)) == 4 and sandbox.most == 1
 
 
 def test_once_the_trainer_waits_the_background_executions_take_every_slot():

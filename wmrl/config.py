@@ -126,6 +126,8 @@ class EnvConfig:
     anchor_selection: str = opt("random", "random (whole groups) | uncertainty (WM variance) | advantage (|predicted A|)")
     anchor_floor: float = opt(0.2, "uncertainty/advantage: uniform share of the inclusion probability (bounds 1/p)")
     async_anchors: bool = opt(True, "wm mode: anchors execute in the background and train, with their groups, one step later")
+    anchor_lag: int = opt(1, "async anchors: an anchor group trains this many steps after its own, executing "
+                             "meanwhile (the trainer waits only for what is not done by then)")
     background_slots: int = opt(0, "async anchors: executions at once in the background; 0 = the cores the trainer's "
                                    "threads leave free (local sandbox; at least 1), -1 = every sandbox slot")
     adaptive_rate: bool = opt(False, "anchor rate from recent fidelity, between anchor_rate_min and anchor_rate_max")
@@ -377,7 +379,8 @@ def _check_choices(cfg: DictConfig) -> None:
     if cfg.policy.lora_rank > 0 and cfg.generation.backend == "vllm":
         # the engine loads plain weights; adapters would need merging before every sync
         raise ConfigError("policy.lora_rank > 0 is not supported with generation.backend=vllm yet")
-    for key in ("rollout.groups_per_step", "rollout.group_size", "rollout.turns", "rl.steps", "rl.updates_per_batch"):
+    for key in ("rollout.groups_per_step", "rollout.group_size", "rollout.turns", "rl.steps", "rl.updates_per_batch",
+                "env.anchor_lag"):
         if OmegaConf.select(cfg, key) < 1:
             raise ConfigError(f"config key {key!r} must be >= 1; got {OmegaConf.select(cfg, key)}")
     from wmrl.distributed import world_size

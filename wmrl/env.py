@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import math
 import random
-import threading
 import time
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 import torch
 
+from wmrl.background import BackgroundExecutions, BackgroundPool
 from wmrl.corrections import AnchorBudget, Debiaser
 from wmrl.rl import group_advantages
 from wmrl.outcome import Outcome, Status, render_observation
@@ -48,22 +47,6 @@ def choose_anchors(n_groups: int, rate: float, rng: random.Random) -> list[bool]
     return [g in chosen for g in range(n_groups)]
 
 
-class BackgroundExecutions:
-    """Executions running in the background, at most `background_slots` at once until `hurry`."""
-
-    def __init__(self, future: Future, free: threading.Semaphore | None = None, extra: int = 0):
-        self.future, self.free, self.extra = future, free, extra
-
-    def hurry(self) -> None:
-        """The trainer is waiting: the rest may use every sandbox slot."""
-        if self.free is not None and self.extra:
-            self.free.release(self.extra)
-            self.extra = 0
-
-    def result(self, timeout: float | None = None) -> list[Outcome]:
-        return self.future.result(timeout)
-
-
 class Environment:
     """`budget`: how many and which real executions (shared with the callback that measures the
     world model on anchors). `correction`: the debiasing shared with the debias callback; when
@@ -75,6 +58,7 @@ class Environment:
         """`background_slots`: executions `execute_background` keeps running at once (0: no limit)."""
         self.sandbox, self.wm, self.cfg, self.suite = sandbox, world_model, env_cfg, suite
         self.budget, self.correction, self.background_slots = budget, correction, background_slots
+        self.background: BackgroundPool | None = None  # started by the first background submission
 
     def routing(self, n_groups: int, step: int, rng: random.Random) -> tuple[list[bool], list[bool]]:
         """(executed, scored_by_wm) per group for this step, before sampling."""
@@ -130,29 +114,14 @@ class Environment:
 
         return self.sandbox.submit([ExecRequest(self.suite.get(i.task), i.program, split, i.meta) for i in items])
 
-    def execute_background(self, items: Sequence[TurnItem], split: str) -> "BackgroundExecutions":
-        """`execute`, with at most `background_slots` of them running at once while the trainer works:
-        executions that overlap training leave the trainer its cores (on 2 cores, two background executions
-        slowed the policy update by 40 %). Once the trainer waits for them (`hurry`), every slot is theirs."""
-        n = self.background_slots
-        if n <= 0 or len(items) <= n:
-            return BackgroundExecutions(self.execute(items, split))
-        future: Future = Future()
-        free = threading.Semaphore(n)
-
-        def feed() -> None:
-            try:
-                started = []
-                for item in items:
-                    free.acquire()
-                    started.append(self.execute([item], split))
-                    started[-1].add_done_callback(lambda _: free.release())
-                future.set_result([o for f in started for o in f.result()])
-            except BaseException as e:  # the trainer sees it when it collects
-                future.set_exception(e)
-
-        threading.Thread(target=feed, daemon=True, name="background-executions").start()
-        return BackgroundExecutions(future, free, extra=max(0, int(self.sandbox.slots) - n))
+    def execute_background(self, items: Sequence[TurnItem], split: str) -> BackgroundExecutions:
+        """`execute`, with at most `background_slots` executions running at once over every submission still
+        in flight (`wmrl.background`) while the trainer works; once it waits for one (`hurry`), every slot."""
+        if self.background_slots <= 0:
+            return BackgroundExecutions(None, len(items), self.execute(items, split))
+        if self.background is None:
+            self.background = BackgroundPool(self.execute, self.background_slots, int(self.sandbox.slots))
+        return self.background.submit(items, split)
 
     def collect(self, future, times: EnvTimes) -> list[Outcome]:
         t0 = time.perf_counter()

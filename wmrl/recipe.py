@@ -213,6 +213,7 @@ def train(cfg: DictConfig, wrap_world_model: Callable[[WorldModel], WorldModel] 
 
     from callbacks.progress import StepProgressBar, arms
     from wmrl.report.data import TRACKING_URI_FILE, absolute_tracking_uri
+    from wmrl.rollout.collect import Rollout
     from wmrl.sandbox import rewind
     from wmrl.tasks import load_suite
 
@@ -252,8 +253,9 @@ def train(cfg: DictConfig, wrap_world_model: Callable[[WorldModel], WorldModel] 
     run_id = None
     if ckpt_path is not None:
         run_id = run_id_file.read_text().strip()
-        state = torch.load(ckpt_path, map_location="cpu", weights_only=False)["wmrl"]
-        rewind(run_dir / "executions.sqlite", state["rl_step"])
+        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+        data_state = ckpt.get(type(parts.data).__qualname__, {})  # where Lightning keeps the datamodule's state
+        rewind(run_dir / "executions.sqlite", ckpt["wmrl"]["rl_step"], Rollout.replayed(data_state))
     logger = MLFlowLogger(experiment_name=cfg.logger.experiment_name, tracking_uri=cfg.logger.tracking_uri,
                           run_name=cfg.logger.run_name or run_dir.name, run_id=run_id, log_model=False,
                           tags={"mlflow.parentRunId": cfg.logger.parent_run_id} if cfg.logger.parent_run_id else None)

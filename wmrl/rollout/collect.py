@@ -42,17 +42,17 @@ class Rollout:
         self.turns, self.sampling, self.max_length, self.seed = turns, sampling, max_length, seed
         self.rank, self.world = rank, world
         self.own_streams = f"/rank{rank}" if world > 1 else ""  # a rank's sampling streams (one process: none)
-        self.anchors = BackgroundAnchors(env)
+        self.anchors = BackgroundAnchors(env, env.cfg.anchor_lag, rank)
 
     def collect_train(self, step: int, tasks: list, group_size: int, defer: bool = False) -> RolloutBatch:
         """One training batch of this rank's share of the `len(tasks)` groups, routed by the environment.
-        `defer`: anchors execute in the background and join the next step's batch (importance-weighted
-        there by their recorded sampling log-probs) with their whole group; last step's deferred anchors
-        join this one. Random anchor groups are deferred before sampling; anchors chosen after scoring
+        `defer`: anchors execute in the background and join the batch `env.anchor_lag` steps later
+        (importance-weighted there by their recorded sampling log-probs) with their whole group; earlier
+        steps' deferred anchors due now join this one (at the last step, all of them). Random anchor groups are deferred before sampling; anchors chosen after scoring
         (uncertainty, advantage, the guard) take their groups along, as long as a batch remains now."""
         rng = random.Random(stream_seed(self.seed, step, "train"))
         times = EnvTimes()
-        waiting = bool(self.anchors.trajectories)  # last step's, still executing while this step generates
+        waiting = self.anchors.due(step)  # earlier steps' anchors that join this batch, executing while it generates
         executed, scored = self.env.routing(len(tasks), step, rng)  # all groups, as one process routes them
         anchored = [e and s for e, s in zip(executed, scored)]
         # deferring must leave every rank a group to train on now (an empty batch has no update)
@@ -66,12 +66,15 @@ class Rollout:
         if defer_chosen and todo.any():
             todo = self._defer_chosen(trajs, todo, prob, keep_some=not waiting)
         self._execute_now([t for t, x in zip(trajs, todo) if x], [p for p, x in zip(prob, todo) if x], step, times)
-        carried = self.anchors.resolve(times)
+        joining = self.anchors.resolve(step, times, everything=not defer_chosen)
         later = [t for t in trajs if t.deferred]
         if later:
             self.anchors.submit(step, "val", later)
-        for t in carried:
-            t.group += len(tasks)  # keep last step's anchor groups apart from this step's groups
+        carried = []
+        for k, submission in enumerate(joining, start=1):
+            for t in submission:
+                t.group += k * len(tasks)  # keep earlier steps' anchor groups apart from this step's and each other's
+            carried += submission
         batch = make_batch([t for t in trajs if not t.deferred] + carried, self.tok.pad_token_id, self.max_length)
         batch.stats.update(_stats(t_gen, times))
         batch.stats["rollout/deferred_anchors"] = len(carried)
@@ -163,6 +166,15 @@ class Rollout:
             return {"pending_anchors": self.anchors.state_dict()}
         return {"pending_anchors_by_rank": distributed.gather(self.anchors.state_dict())}
 
+    @staticmethod
+    def replayed(state: dict) -> set[tuple[int, int]]:
+        """(rank, step) of the background anchors a run resumed from `state` (a `state_dict`) executes again."""
+        by_rank = state.get("pending_anchors_by_rank", [state.get("pending_anchors")])
+        out = set()
+        for rank, pending in enumerate(by_rank):
+            out |= {(rank, d["step"]) for d in ([pending] if isinstance(pending, dict) else pending or [])}
+        return out
+
     def load_state_dict(self, state: dict) -> None:
         if "pending_anchors_by_rank" in state:
             by_rank = state["pending_anchors_by_rank"]
@@ -173,50 +185,66 @@ class Rollout:
             self.anchors.load_state_dict(state.get("pending_anchors"))
 
 
-class BackgroundAnchors:
-    """Trajectories of one step carried to the next: the anchors among them (`pending`) execute while the
-    next step is collected; their group mates wait for them."""
+@dataclass
+class _Submission:
+    step: int  # the step whose trajectories these are
+    split: str
+    trajectories: list[Trajectory]
+    future: object  # BackgroundExecutions of the pending ones' turns
 
-    def __init__(self, env: Environment):
-        self.env = env
-        self.step: int | None = None
-        self.split = "val"
-        self.trajectories: list[Trajectory] = []
-        self.future = None
+
+class BackgroundAnchors:
+    """Trajectories of earlier steps carried to later ones: the anchors among them (`pending`) execute while
+    the next steps are collected; their group mates wait for them. A step's submission joins the batch
+    `lag` steps after its own, whatever the executions' timing (so a resumed run trains on the same
+    batches); the trainer waits for what is not done by then."""
+
+    def __init__(self, env: Environment, lag: int = 1, rank: int = 0):
+        self.env, self.lag, self.rank = env, lag, rank
+        self.submissions: list[_Submission] = []
+
+    def due(self, step: int) -> bool:
+        """Whether some submission joins the batch of `step`."""
+        return any(step - s.step >= self.lag for s in self.submissions)
 
     def submit(self, step: int, split: str, trajectories: list[Trajectory]) -> None:
-        self.step, self.split, self.trajectories = step, split, trajectories
-        items = [TurnItem(t.task, turn.program, meta={"step": step, "consumed": step + 1, "purpose": "train",
-                                                       "group": t.group, "turn": k, "deferred": True})
+        items = [TurnItem(t.task, turn.program, meta={"step": step, "purpose": "train", "group": t.group, "turn": k,
+                                                       "deferred": True, "rank": self.rank})
                  for t in trajectories if t.pending for k, turn in enumerate(t.turns)]
-        self.future = self.env.execute_background(items, split)
+        self.submissions.append(_Submission(step, split, trajectories, self.env.execute_background(items, split)))
 
-    def resolve(self, times: EnvTimes) -> list[Trajectory]:
-        """The pending trajectories with their real outcomes (waits for any still running)."""
-        if not self.trajectories:
-            return []
-        self.future.hurry()
-        outcomes = iter(self.env.collect(self.future, times))
-        trajs, self.trajectories, self.future, self.step = self.trajectories, [], None, None
-        for t in trajs:
-            if t.pending:
-                for turn in t.turns:
-                    turn.judgement.real = next(outcomes)
-                t.executed = True
-            t.deferred = t.pending = False
-        return trajs
+    def resolve(self, step: int, times: EnvTimes, everything: bool = False) -> list[list[Trajectory]]:
+        """The submissions that join the batch of `step` (`lag` steps old; with `everything`, all), oldest
+        first, with their real outcomes (waits for any still running)."""
+        joining = [s for s in self.submissions if everything or step - s.step >= self.lag]
+        for s in joining:  # every slot for what the trainer waits for, before it waits
+            s.future.hurry()
+        out = []
+        for s in joining:
+            outcomes = iter(self.env.collect(s.future, times))
+            for t in s.trajectories:
+                if t.pending:
+                    for turn in t.turns:
+                        turn.judgement.real = next(outcomes)
+                    t.executed = True
+                t.deferred = t.pending = False
+            out.append(s.trajectories)
+        self.submissions = [s for s in self.submissions if s not in joining]
+        return out
 
-    def state_dict(self) -> dict | None:
+    def state_dict(self) -> list[dict] | None:
         """Plain data for a checkpoint; a resumed run executes them again (executions are seeded,
         so it gets the same outcomes)."""
-        if not self.trajectories:
+        if not self.submissions:
             return None
-        return {"step": self.step, "split": self.split, "trajectories": [t.to_dict() for t in self.trajectories]}
+        return [{"step": s.step, "split": s.split, "trajectories": [t.to_dict() for t in s.trajectories]}
+                for s in self.submissions]
 
-    def load_state_dict(self, state: dict | None) -> None:
-        self.trajectories, self.future, self.step = [], None, None
-        if state:
-            self.submit(state["step"], state["split"], [Trajectory.from_dict(d) for d in state["trajectories"]])
+    def load_state_dict(self, state: list[dict] | dict | None) -> None:
+        """`state`: a `state_dict`; a checkpoint written before several steps could be in flight holds one dict."""
+        self.submissions = []
+        for d in [state] if isinstance(state, dict) else state or []:
+            self.submit(d["step"], d["split"], [Trajectory.from_dict(t) for t in d["trajectories"]])
 
 
 def _stats(t_gen: float, times: EnvTimes) -> dict[str, float]:

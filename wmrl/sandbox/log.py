@@ -11,7 +11,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from wmrl.outcome import Outcome
 
@@ -67,9 +67,11 @@ class ExecutionLog:
             self._db.close()
 
 
-def rewind(path: str | Path, step: int) -> int:
-    """Forget executions a resumed run will replay: training steps >= `step` (a deferred anchor
-    belongs to the step that consumes it), evaluations after it.
+def rewind(path: str | Path, step: int, replayed: Iterable[tuple[int, int]] = ()) -> int:
+    """Forget executions a resumed run will replay: training steps >= `step`, the background anchors the
+    checkpoint still held (`replayed`: (rank, step) of each submission; rank 0 for rows without one),
+    evaluations after `step`. Rows written before anchors could lag more than a step carry the step that
+    consumed them (`consumed`) instead.
 
     The checkpoint at `step` already holds the evaluation made at `step`; everything later is
     executed again, identically, by the resumed run. Returns the number of rows removed.
@@ -77,12 +79,18 @@ def rewind(path: str | Path, step: int) -> int:
     if not Path(path).exists():
         return 0
     db = sqlite3.connect(str(path), isolation_level=None)
+    train = "json_extract(meta, '$.purpose') = 'train'"
     try:
-        cur = db.execute(
-            "DELETE FROM executions WHERE (json_extract(meta, '$.purpose') = 'train'"
+        removed = db.execute(
+            f"DELETE FROM executions WHERE ({train}"
             " AND COALESCE(json_extract(meta, '$.consumed'), json_extract(meta, '$.step')) >= ?)"
-            " OR (json_extract(meta, '$.purpose') = 'eval' AND json_extract(meta, '$.step') > ?)", (step, step))
-        return cur.rowcount
+            " OR (json_extract(meta, '$.purpose') = 'eval' AND json_extract(meta, '$.step') > ?)", (step, step)).rowcount
+        for rank, submitted in sorted(set(replayed)):
+            removed += db.execute(
+                f"DELETE FROM executions WHERE {train} AND json_extract(meta, '$.deferred')"
+                " AND json_extract(meta, '$.consumed') IS NULL AND COALESCE(json_extract(meta, '$.rank'), 0) = ?"
+                " AND json_extract(meta, '$.step') = ?", (rank, submitted)).rowcount
+        return removed
     finally:
         db.close()
 
