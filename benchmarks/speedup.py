@@ -318,7 +318,8 @@ def write_report(out: Path, results: dict) -> dict:
     wmrl_arm = "wmrl_stratified" if results["scenario"] == "correlated" else "wmrl"
     report = stats.build_report(runs, arms, wmrl=wmrl_arm)
     ok = [r for r in runs if r["status"] == "ok"]
-    report["config_drift"] = stats.config_drift({f"{r['arm']}-seed{r['seed']}": r.get("params", {}) for r in ok})
+    report["config_drift"] = stats.config_drift({f"{r['arm']}-seed{r['seed']}": r.get("params", {}) for r in ok},
+                                                set_by_benchmark={a.split("=", 1)[0] for r in ok for a in r.get("args", [])})
     report["code_versions"] = {f"{r['arm']}-seed{r['seed']}": r.get("code", "unknown") for r in runs}
     pairs = [p for r in runs if r["arm"] != stats.BASELINE and r["status"] == "ok" for p in r.get("anchor_pairs", [])]
     strata = stats.stratum_table(pairs)

@@ -330,6 +330,16 @@ def test_config_drift_flags_changed_defaults_but_not_what_defines_an_arm():
     assert "WARNING" in render.render_markdown(r) and "`rl.lr`" in render.render_markdown(r)
 
 
+def test_config_drift_leaves_out_what_the_benchmark_itself_set_for_some_arms():
+    params = {"sandbox_rl-seed0": {"env.warmup_steps": "2", "world_model.init": "None", "eval.at_start": "True",
+                                   "env.anchor_lag": "1"},
+              "wmrl-seed0": {"env.warmup_steps": "0", "world_model.init": "/cache/wm.pt", "eval.at_start": "False",
+                             "env.anchor_lag": "3"}}
+    args = ["env.warmup_steps=0", "world_model.init=/cache/wm.pt", "eval.at_start=false", "seed=0"]
+    drift = stats.config_drift(params, set_by_benchmark={a.split("=", 1)[0] for a in args})
+    assert drift == {"env.anchor_lag": {"sandbox_rl-seed0": "1", "wmrl-seed0": "3"}}  # a default that changed
+
+
 def test_pretraining_cost_is_charged_to_one_run_and_amortised():
     c = stats.with_pretrain_cost(40.0, 100.0, pretrain_s=20.0, runs=4)
     assert c == {"charged": 60.0, "charged_ratio": 0.6, "amortised": 45.0, "amortised_ratio": 0.45}

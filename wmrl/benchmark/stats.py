@@ -265,10 +265,14 @@ def recovery(report: dict, wm_arms: Sequence[str]) -> list[dict]:
     return out
 
 
-def config_drift(params: dict[str, dict[str, str]], arm_keys: Sequence[str] = ARM_KEYS) -> dict[str, dict]:
+def config_drift(params: dict[str, dict[str, str]], arm_keys: Sequence[str] = ARM_KEYS,
+                 set_by_benchmark: Iterable[str] = ()) -> dict[str, dict]:
     """{key: {run: value}} for every non-arm config key whose value differs between runs (e.g. the code's
-    defaults changed while the benchmark ran): those arms are not comparable."""
+    defaults changed while the benchmark ran): those arms are not comparable. `set_by_benchmark`: keys
+    the benchmark's own arguments set for some runs (an arm's selection, a pretrained world model, a
+    shared warm-start evaluation), by design different."""
     keys = set().union(*(set(p) for p in params.values())) if params else set()
+    arm_keys = (*arm_keys, *set_by_benchmark)
     out = {}
     for key in sorted(keys):
         if any(key == a or (a.endswith(".") and key.startswith(a)) or key.startswith(a + ".") for a in arm_keys):
