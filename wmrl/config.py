@@ -125,8 +125,8 @@ class EnvConfig:
     warmup_steps: int = opt(3, "wm mode: first steps executed for real to train the world model")
     anchor_selection: str = opt("random", "random (whole groups) | uncertainty (WM variance) | advantage (|predicted A|)")
     anchor_floor: float = opt(0.2, "uncertainty/advantage: uniform share of the inclusion probability (bounds 1/p)")
-    async_anchors: bool = opt(True, "wm mode: anchors execute in the background and train, with their groups, one step later")
-    anchor_lag: int = opt(1, "async anchors: an anchor group trains this many steps after its own, executing "
+    async_anchors: bool = opt(True, "wm mode: anchors execute in the background and train, with their groups, env.anchor_lag steps later")
+    anchor_lag: int = opt(2, "async anchors: an anchor group trains this many steps after its own, executing "
                              "meanwhile (the trainer waits only for what is not done by then)")
     background_slots: int = opt(0, "async anchors: executions at once in the background; 0 = the cores the trainer's "
                                    "threads leave free (local sandbox; at least 1), -1 = every sandbox slot")

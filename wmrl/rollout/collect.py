@@ -4,7 +4,7 @@ outcome (real or predicted) becomes the next observation, and the result is one 
 Training and evaluation share the turn loop (`_play`); they differ in routing (training sends
 groups to the world model or the sandbox, evaluation executes everything on the hidden split) and
 in their sampling streams. Training anchors may execute in the background (`BackgroundAnchors`)
-and join the next step's batch.
+and join a later step's batch (`env.anchor_lag`).
 
 Under DDP (`world` > 1) every rank routes all of a step's groups alike and plays its own share of them
 (`distributed.shard`), sampling with its own streams: a step's data, routing and anchors are those of
