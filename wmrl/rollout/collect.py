@@ -19,6 +19,7 @@ import numpy as np
 from dataclasses import dataclass
 
 from wmrl import distributed
+from wmrl.background import BackgroundExecutions
 from wmrl.env import EnvTimes, Environment
 from wmrl.rollout.batch import RolloutBatch, make_batch
 from wmrl.rollout.types import Trajectory, Turn, TurnItem
@@ -48,8 +49,9 @@ class Rollout:
         """One training batch of this rank's share of the `len(tasks)` groups, routed by the environment.
         `defer`: anchors execute in the background and join the batch `env.anchor_lag` steps later
         (importance-weighted there by their recorded sampling log-probs) with their whole group; earlier
-        steps' deferred anchors due now join this one (at the last step, all of them). Random anchor groups are deferred before sampling; anchors chosen after scoring
-        (uncertainty, advantage, the guard) take their groups along, as long as a batch remains now."""
+        steps' deferred anchors due now join this one (at the last step, all of them). Random anchor groups
+        are deferred before sampling; anchors chosen after scoring (uncertainty, advantage, the guard) take
+        their groups along, as long as a batch remains now."""
         rng = random.Random(stream_seed(self.seed, step, "train"))
         times = EnvTimes()
         waiting = self.anchors.due(step)  # earlier steps' anchors that join this batch, executing while it generates
@@ -190,7 +192,7 @@ class _Submission:
     step: int  # the step whose trajectories these are
     split: str
     trajectories: list[Trajectory]
-    future: object  # BackgroundExecutions of the pending ones' turns
+    future: BackgroundExecutions  # of the pending ones' turns
 
 
 class BackgroundAnchors:
@@ -217,6 +219,7 @@ class BackgroundAnchors:
         """The submissions that join the batch of `step` (`lag` steps old; with `everything`, all), oldest
         first, with their real outcomes (waits for any still running)."""
         joining = [s for s in self.submissions if everything or step - s.step >= self.lag]
+        self.submissions = [s for s in self.submissions if not (everything or step - s.step >= self.lag)]
         for s in joining:  # every slot for what the trainer waits for, before it waits
             s.future.hurry()
         out = []
@@ -229,7 +232,6 @@ class BackgroundAnchors:
                     t.executed = True
                 t.deferred = t.pending = False
             out.append(s.trajectories)
-        self.submissions = [s for s in self.submissions if s not in joining]
         return out
 
     def state_dict(self) -> list[dict] | None:
