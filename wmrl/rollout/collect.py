@@ -207,7 +207,10 @@ class BackgroundAnchors:
 
     def due(self, step: int) -> bool:
         """Whether some submission joins the batch of `step`."""
-        return any(step - s.step >= self.lag for s in self.submissions)
+        return any(self._joins(s, step) for s in self.submissions)
+
+    def _joins(self, submission: _Submission, step: int, everything: bool = False) -> bool:
+        return everything or step - submission.step >= self.lag
 
     def submit(self, step: int, split: str, trajectories: list[Trajectory]) -> None:
         items = [TurnItem(t.task, turn.program, meta={"step": step, "purpose": "train", "group": t.group, "turn": k,
@@ -218,8 +221,8 @@ class BackgroundAnchors:
     def resolve(self, step: int, times: EnvTimes, everything: bool = False) -> list[list[Trajectory]]:
         """The submissions that join the batch of `step` (`lag` steps old; with `everything`, all), oldest
         first, with their real outcomes (waits for any still running)."""
-        joining = [s for s in self.submissions if everything or step - s.step >= self.lag]
-        self.submissions = [s for s in self.submissions if not (everything or step - s.step >= self.lag)]
+        joining = [s for s in self.submissions if self._joins(s, step, everything)]
+        self.submissions = [s for s in self.submissions if not self._joins(s, step, everything)]
         for s in joining:  # every slot for what the trainer waits for, before it waits
             s.future.hurry()
         out = []
