@@ -15,6 +15,7 @@ from wmrl.config import SandboxConfig
 from wmrl.outcome import Status
 from wmrl.sandbox import ExecRequest, IsolationUnavailable, Sandbox, extract_program, make_sandbox, precheck, read_log
 from wmrl.sandbox import isolation
+from wmrl.sandbox.base import SandboxClosed
 from wmrl.sandbox.local import LocalSandbox
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -120,6 +121,25 @@ def test_worker_killed_from_outside_is_replaced(task):
         [out] = future.result(timeout=60)
         assert out.status is Status.VALID and out.attempts == 2
         assert sb.worker_pids()[0] is not None
+
+
+def test_close_stops_running_and_queued_executions_at_once_and_logs_only_what_finished(tmp_path):
+    """A stopped run must not wait for an evaluation's worth of executions (it waited for every queued one,
+    one minute per slot at most, before the workers were stopped)."""
+    slow = IrisTask(time_limit_s=30.0)
+    sb = LocalSandbox(SandboxConfig(slots=2), log_path=tmp_path / "log.db")
+    [done] = sb.run([ExecRequest(slow, GOOD)])
+    running = sb.submit([ExecRequest(slow, SLEEP.format(s=25)) for _ in range(2)])
+    queued = sb.submit([ExecRequest(slow, SLEEP.format(s=25)) for _ in range(6)])
+    time.sleep(2.0)  # both slots are inside a 25 s execution
+    t0 = time.monotonic()
+    sb.close()
+    assert time.monotonic() - t0 < 10
+    for future in (running, queued):
+        with pytest.raises(SandboxClosed, match="closed before iris"):
+            future.result(timeout=1)
+    assert [r["status"] for r in read_log(tmp_path / "log.db")] == [done.status.value]  # no killed one as a result
+    assert sb.worker_pids() == [None, None]
 
 
 def test_execution_lost_twice_is_infra_error(task, tmp_path):

@@ -19,6 +19,10 @@ class ExecRequest:
     meta: dict = field(default_factory=dict)
 
 
+class SandboxClosed(RuntimeError):
+    """The sandbox closed before this execution finished: it has no outcome and is not logged."""
+
+
 @runtime_checkable
 class Sandbox(Protocol):
     """Runs agent programs in isolation and returns judged outcomes, in request order."""

@@ -34,7 +34,7 @@ from wmrl.sandbox import isolation
 from wmrl.sandbox.cgroups import CgroupsUnavailable, SlotCgroups, SlotLimits
 from wmrl.sandbox.cgroups import describe as cgroups_describe
 from wmrl.sandbox.isolation import IsolationUnavailable
-from wmrl.sandbox.base import ExecRequest
+from wmrl.sandbox.base import ExecRequest, SandboxClosed
 from wmrl.sandbox.log import ExecutionLog
 from wmrl.sandbox.program import precheck
 
@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 
 STARTUP_S = 120.0  # a cold worker imports sklearn & co. once; a busy 2-core machine can be slow
 ANSWER_MARGIN_S = 10.0  # beyond the program's limit: sweep, teardown and transfer
+CLOSE_S = 30.0  # close() gives the serving threads this long to see their killed workers
 STDERR_TAIL_CHARS = 2000  # what an Outcome carries; the log keeps the full capped tail
 WORKER_PROCS = 8  # processes of a warm worker itself (bwrap, zygote, template, sweep helper), on top of max_procs
 SANDBOX_STATUSES = {s.value: s for s in (Status.VALID, Status.RUNTIME_ERROR, Status.TIMEOUT, Status.NO_VALID_OUTPUT)}
@@ -112,6 +113,15 @@ class _Worker:
             self._stderr.close()
             self._stderr = None
 
+    def interrupt(self) -> None:
+        """Kills the worker from another thread; the thread serving it sees it die and cleans up."""
+        proc = self.proc
+        try:
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+        except OSError:
+            pass
+
     def stderr_tail(self, n: int = 1000) -> str:
         if self._stderr is None:
             return ""
@@ -170,15 +180,23 @@ class _Batch:
         self.future: Future = Future()
         self.results: list[Outcome | None] = [None] * n
         self.left = n
+        self.settled = False  # the future has its result or its error
         self.lock = threading.Lock()
 
     def put(self, i: int, outcome: Outcome) -> None:
         with self.lock:
             self.results[i] = outcome
             self.left -= 1
-            done = self.left == 0
-        if done and not self.future.done():
+            last = self.left == 0 and not self.settled
+            self.settled |= last
+        if last:  # outside the lock: the future's callbacks run here
             self.future.set_result(list(self.results))
+
+    def fail(self, error: BaseException) -> None:
+        with self.lock:
+            first, self.settled = not self.settled, True
+        if first:
+            self.future.set_exception(error)
 
 
 class LocalSandbox:
@@ -249,13 +267,22 @@ class LocalSandbox:
         return self.submit(requests).result()
 
     def close(self) -> None:
+        """Stops now: queued executions never start and running ones are killed (a stopped run must not wait
+        for an evaluation's worth of them); their futures raise `SandboxClosed` and the log keeps only what
+        finished, so a resumed run executes the rest again."""
         if self._closed:
             return
         self._closed = True
+        self._fail_queued()
         for _ in self._threads:
             self._queue.put(None)
-        for t in self._threads:
-            t.join(timeout=60)
+        deadline = time.monotonic() + CLOSE_S
+        while any(t.is_alive() for t in self._threads) and time.monotonic() < deadline:
+            for w in self._workers:
+                w.interrupt()
+            for t in self._threads:
+                t.join(timeout=0.2)
+        self._fail_queued()  # submitted while closing
         for w in self._workers:
             w.stop()
         if self.cgroups is not None:
@@ -277,6 +304,15 @@ class LocalSandbox:
             self.close()
         except Exception:
             pass
+
+    def _fail_queued(self) -> None:
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if item is not None:
+                item[0].fail(SandboxClosed(f"the sandbox closed before {item[2].task.name}'s execution started"))
 
     def _make_cgroups(self, mode: str, name: str, cpus: float, worker_mb: int) -> SlotCgroups | None:
         """The slots' cgroups, or None (said once, here) where this machine does not allow them."""
@@ -319,7 +355,13 @@ class LocalSandbox:
             try:
                 ex = self._execute(worker, req)
                 outcome = judged(req, ex) if judge else ex
+            except SandboxClosed as e:
+                batch.fail(e)
+                continue
             except Exception as e:  # a bug on the host side (e.g. in task.judge): never hang the batch
+                if self._closed:  # a race with close() killing the worker, not a result
+                    batch.fail(SandboxClosed(f"the sandbox closed during {req.task.name}'s execution ({e!r})"))
+                    continue
                 log.error("sandbox: execution failed on the host: %s", traceback.format_exc())
                 raw = RawResult(Status.INFRA_ERROR, stderr_tail=f"[sandbox] host error: {e!r}",
                                 detail=traceback.format_exc()[-2000:])
@@ -347,6 +389,8 @@ class LocalSandbox:
         lost: list[str] = []
         reply = blobs = None
         for attempt in range(1, self.retries + 2):
+            if self._closed:
+                raise SandboxClosed(f"the sandbox closed before {req.task.name}'s execution finished")
             try:
                 if not worker.alive:
                     worker.start()
@@ -369,6 +413,8 @@ class LocalSandbox:
                     raise WorkerLost(f"worker {worker.slot}: {reply.get('detail')}")
                 break
             except (WorkerLost, OSError) as e:
+                if self._closed:  # close() killed the worker: not an infrastructure error
+                    raise SandboxClosed(f"the sandbox closed before {req.task.name}'s execution finished") from None
                 lost.append(str(e))
                 log.warning("sandbox: attempt %d of %s lost: %s", attempt, req.task.name, e)
                 worker.stop()  # replaced at the next attempt or job
