@@ -46,8 +46,13 @@ def main(argv: list[str]) -> int:
         print(OmegaConf.to_yaml(cfg), end="")
         return 0
     from wmrl.recipe import train
+    from wmrl.stop import Stopped
 
-    train(cfg)
+    try:
+        train(cfg)
+    except Stopped as e:
+        print(f"wmrl: {e}", file=sys.stderr)
+        return e.code
     return 0
 
 

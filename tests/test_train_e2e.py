@@ -162,6 +162,43 @@ def _final_params(run_dir: Path) -> dict:
     return {k: v for k, v in ckpt["state_dict"].items()}, ckpt
 
 
+def _checkpoint_at(proc: subprocess.Popen, tmp: Path, step: int) -> Path:
+    """The run's last.ckpt once it holds `step` steps, the run still going."""
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None:
+        found = list((tmp / "runs").glob("*/checkpoints/last.ckpt")) if (tmp / "runs").exists() else []
+        if found:
+            try:
+                if torch.load(found[0], map_location="cpu", weights_only=False)["wmrl"]["rl_step"] >= step:
+                    return found[0]
+            except Exception:
+                pass  # being written
+        time.sleep(0.2)
+    raise AssertionError("the run ended before it could be stopped")
+
+
+def test_sigterm_stops_a_run_with_143_marks_it_killed_and_it_resumes(tmp_path, session_cache):
+    """Lightning's own SIGTERM stop exited 0 and left the MLflow run FAILED: a scheduler could not tell a
+    stopped run from a finished one."""
+    steps = "rl.steps=5"
+    proc = subprocess.Popen(_args(tmp_path, session_cache, steps), cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    ckpt = _checkpoint_at(proc, tmp_path, 1)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-3000:]
+    assert time.monotonic() - t0 < 60  # the benchmark's grace period before SIGKILL
+    assert "stopped by SIGTERM at step" in err and "resume=last" in err
+    client = _client(tmp_path)
+    [run] = client.search_runs([client.get_experiment_by_name("wmrl").experiment_id])
+    assert run.info.status == "KILLED" and run.data.tags["wmrl.stopped"].startswith("SIGTERM at step")
+    _run(tmp_path, session_cache, steps, "resume=last")
+    [run] = client.search_runs([client.get_experiment_by_name("wmrl").experiment_id])
+    assert run.info.status == "FINISHED"
+    assert torch.load(ckpt, map_location="cpu", weights_only=False)["wmrl"]["rl_step"] == 5
+
+
 def test_killed_run_resumes_to_the_same_end(tmp_path, session_cache):
     steps = "rl.steps=5"
     ref_tmp = tmp_path / "ref"
@@ -173,22 +210,7 @@ def test_killed_run_resumes_to_the_same_end(tmp_path, session_cache):
     tmp.mkdir()
     proc = subprocess.Popen(_args(tmp, session_cache, steps), cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True)
-    deadline = time.time() + 600
-    ckpt = None
-    while time.time() < deadline:
-        found = list((tmp / "runs").glob("*/checkpoints/last.ckpt")) if (tmp / "runs").exists() else []
-        if found:
-            try:
-                step = torch.load(found[0], map_location="cpu", weights_only=False)["wmrl"]["rl_step"]
-            except Exception:
-                step = 0  # being written
-            if step >= 2:
-                ckpt = found[0]
-                break
-        if proc.poll() is not None:
-            break
-        time.sleep(0.2)
-    assert ckpt is not None and proc.poll() is None, "the run ended before it could be killed"
+    ckpt = _checkpoint_at(proc, tmp, 2)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     killed_at = torch.load(ckpt, map_location="cpu", weights_only=False)["wmrl"]["rl_step"]

@@ -19,6 +19,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from wmrl import stop
 from wmrl.background import BackgroundExecutions, BackgroundPool
 from wmrl.corrections import AnchorBudget, Debiaser
 from wmrl.rl import group_advantages
@@ -125,7 +126,7 @@ class Environment:
 
     def collect(self, future, times: EnvTimes) -> list[Outcome]:
         t0 = time.perf_counter()
-        outcomes = future.result()
+        outcomes = stop.wait(future)
         times.real_s += time.perf_counter() - t0  # only the wait shows: the rest overlapped other work
         for o in outcomes:
             times.executions += o.attempts > 0

@@ -20,7 +20,7 @@ import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from wmrl import distributed
+from wmrl import distributed, stop
 from wmrl.outcome import Outcome, Status, render_observation
 from wmrl.world_model import WorldModel
 
@@ -242,10 +242,7 @@ def train(cfg: DictConfig, wrap_world_model: Callable[[WorldModel], WorldModel] 
                           parts.evaluation, enabled=cfg.trainer.progress_bar and rank == 0)
     if rank > 0:  # MLflow, the execution log's rewind and the report are rank 0's
         trainer = _trainer(cfg, False, [*parts.callbacks, bar, checkpoint], rank, world)
-        try:
-            trainer.fit(parts.module, datamodule=parts.data, ckpt_path=ckpt_path)
-        finally:
-            parts.sandbox.close()
+        _fit(trainer, parts, ckpt_path, None)
         return {"run_dir": str(run_dir), "rank": rank, "steps": parts.module.rl_step}
 
     # tracking: a resumed run continues its MLflow run, and its execution log is rewound to the checkpoint
@@ -268,10 +265,7 @@ def train(cfg: DictConfig, wrap_world_model: Callable[[WorldModel], WorldModel] 
         logger.experiment.set_tag(logger.run_id, "warm_start", json.dumps(parts.warm_start))
 
     trainer = _trainer(cfg, logger, [*parts.callbacks, bar, checkpoint], rank, world)
-    try:
-        trainer.fit(parts.module, datamodule=parts.data, ckpt_path=ckpt_path)
-    finally:
-        parts.sandbox.close()
+    _fit(trainer, parts, ckpt_path, logger)
     final = run_dir / "checkpoints" / "last.ckpt"
     if final.exists():
         logger.experiment.log_artifact(logger.run_id, str(final), "checkpoints")
@@ -282,6 +276,25 @@ def train(cfg: DictConfig, wrap_world_model: Callable[[WorldModel], WorldModel] 
     return summary
 
 
+
+
+def _fit(trainer: L.Trainer, parts: Parts, ckpt_path: str | None, logger) -> None:
+    """`trainer.fit`; on SIGTERM it stops within a moment, mid-evaluation or mid-step too (`wmrl.stop`), the
+    MLflow run is marked KILLED, not FAILED, and `Stopped` ends the process with 143 (Lightning's own stop
+    is a SystemExit with status 0)."""
+    with stop.on_sigterm():
+        try:
+            trainer.fit(parts.module, datamodule=parts.data, ckpt_path=ckpt_path)
+        except SystemExit:
+            if not stop.requested():
+                raise
+            if logger is not None:
+                logger.experiment.set_tag(logger.run_id, "wmrl.stopped", f"SIGTERM at step {parts.module.rl_step}")
+                logger.experiment.set_terminated(logger.run_id, "KILLED")
+            raise stop.Stopped(f"stopped by SIGTERM at step {parts.module.rl_step}; it continues from its last "
+                               "checkpoint with the same command and resume=last") from None
+        finally:
+            parts.sandbox.close()
 
 
 def _trainer(cfg: DictConfig, logger, callbacks: list, rank: int, world: int) -> L.Trainer:

@@ -10,6 +10,7 @@ import inspect
 
 import torch
 
+from wmrl import stop
 from wmrl.generation.base import Completion
 
 
@@ -31,6 +32,7 @@ class HFGenerator:
         try:
             out: list[Completion] = []
             for start in range(0, len(prompts), self.chunk):
+                stop.check()  # a stop need not wait for every chunk of an evaluation
                 out += self._sample(prompts[start:start + self.chunk], temperature, top_p, max_new_tokens, gen)
             return out
         finally:

@@ -18,7 +18,7 @@ import time
 import numpy as np
 from dataclasses import dataclass
 
-from wmrl import distributed
+from wmrl import distributed, stop
 from wmrl.background import BackgroundExecutions
 from wmrl.env import EnvTimes, Environment
 from wmrl.rollout.batch import RolloutBatch, make_batch
@@ -137,6 +137,7 @@ class Rollout:
         own = self.own_streams if purpose == "train" else ""  # evaluation runs on one rank, as in one process
         t_gen = 0.0
         for turn in range(self.turns):
+            stop.check()
             t0 = time.perf_counter()
             room = max(8, min(self.sampling.max_new_tokens, self.max_length - max(len(t.ids) for t in trajs)))
             completions = self.generator.generate(
