@@ -14,7 +14,15 @@ def _sigterm_in(seconds: float) -> None:
     threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGTERM)).start()
 
 
-def test_a_wait_on_executions_gives_up_soon_after_sigterm_and_exits_143():
+@pytest.fixture
+def default_sigterm():
+    """No handler from earlier tests (Ray's exits at once) is chained behind ours."""
+    before = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    yield
+    signal.signal(signal.SIGTERM, before)
+
+
+def test_a_wait_on_executions_gives_up_soon_after_sigterm_and_exits_143(default_sigterm):
     never = Future()
     with stop.on_sigterm():
         _sigterm_in(0.3)
