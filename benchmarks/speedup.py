@@ -149,15 +149,33 @@ def read_anchor_pairs(run_dir: str | Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def select_arms(scenario: str, bias: dict[str, float], only: list[str] | None):
-    """The arms to run: those --arms names (an unknown name is an error), else the scenario's default set."""
+def parse_variant(spec: str) -> tuple[str, list[str]]:
+    """--variant "LABEL key=value ...": a wmrl arm with its own overrides (ValueError when malformed)."""
+    label, *overrides = spec.split()
+    if not label or "=" in label or not overrides:
+        raise ValueError(f"--variant {spec!r}: expected 'LABEL key=value [key=value ...]'")
+    bad = [o for o in overrides if "=" not in o or o.startswith("-")]
+    if bad:
+        raise ValueError(f"--variant {label}: {bad[0]!r} is not a key=value override")
+    return label, overrides
+
+
+def select_arms(scenario: str, bias: dict[str, float], only: list[str] | None,
+                variants: list[tuple[str, list[str]]] = ()):
+    """The arms to run: those --arms names (an unknown name is an error), else the scenario's default set; then
+    each variant, a wmrl arm with its own overrides (with the scenario's world-model bias)."""
     known = arms_of(scenario, bias)
+    clash = [v[0] for v in variants if v[0] in {a[0] for a in known}] + [
+        v[0] for i, v in enumerate(variants) if v[0] in {w[0] for w in variants[:i]}]
+    if clash:
+        raise ValueError(f"variant label(s) {clash} already name an arm")
+    extra = [(label, "wmrl", list(o), {} if scenario == "default" else dict(bias)) for label, o in variants]
     if only is None:
-        return [a for a in known if a[0] not in SELECTION_ARMS]
+        return [a for a in known if a[0] not in SELECTION_ARMS] + extra
     unknown = [o for o in only if o not in {a[0] for a in known}]
     if unknown:
         raise ValueError(f"unknown arm(s) {unknown} in scenario {scenario!r}; known: {[a[0] for a in known]}")
-    return [a for a in known if a[0] in only]
+    return [a for a in known if a[0] in only] + extra
 
 
 # Arguments that name a run's place and records, or only say whether it evaluates at step 0 itself.
@@ -227,13 +245,15 @@ def share_warm_eval(run: dict, source: dict, client) -> None:
 def run_benchmark(out: Path, scenario: str = "default", seeds: int = 1, overrides: list[str] = (),
                   bias: dict[str, float] | None = None, only: list[str] | None = None,
                   train_fn: Callable[[list[str], Path, dict], dict] = subprocess_train, note: str = "",
-                  pretrained: dict | None = None, reuse: list[Path] = (), share_warm_eval_runs: bool = True) -> dict:
+                  pretrained: dict | None = None, reuse: list[Path] = (), share_warm_eval_runs: bool = True,
+                  variants: list[tuple[str, list[str]]] = ()) -> dict:
     """Trains every (arm, seed) back to back, collects MLflow histories, writes the report files.
     `pretrained`: a `wmrl.world_model.pretrain` result every world-model arm starts from, with no real warm-up steps.
     `reuse`: earlier benchmark directories whose successful trainings with the same arguments are taken as they
     are instead of trained again (a stopped benchmark resumes; arms are added to a finished one).
     `share_warm_eval_runs`: a training whose evaluation at step 0 would repeat an earlier one of this benchmark
-    (`warm_eval_key`) skips it and takes that one's numbers."""
+    (`warm_eval_key`) skips it and takes that one's numbers.
+    `variants`: (label, overrides) of extra wmrl arms (`select_arms`)."""
     from mlflow.tracking import MlflowClient
 
     out.mkdir(parents=True, exist_ok=True)
@@ -243,7 +263,7 @@ def run_benchmark(out: Path, scenario: str = "default", seeds: int = 1, override
     exp = client.get_experiment_by_name(EXPERIMENT)
     exp_id = exp.experiment_id if exp else client.create_experiment(EXPERIMENT)
     bias = dict(DEFAULT_BIAS if bias is None else bias)
-    arms = select_arms(scenario, bias, only)
+    arms = select_arms(scenario, bias, only, variants)
     earlier = finished_runs(list(reuse))
     parent = client.create_run(exp_id, run_name=f"speedup-{scenario}-{out.name}")
     pid = parent.info.run_id
@@ -368,6 +388,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--bias", default=None, help="correlated scenario: CLASS=OFFSET,... added to WM rewards "
                                                 f"(default {','.join(f'{k}={v}' for k, v in DEFAULT_BIAS.items())})")
     p.add_argument("--arms", default=None, help="comma-separated subset of the scenario's arms")
+    p.add_argument("--variant", action="append", default=[], metavar="'LABEL key=value ...'",
+                   help="an extra wmrl arm with its own overrides, run beside the others (repeatable), e.g. "
+                        "--variant 'wmrl_rate33 env.anchor_rate=0.33'")
     p.add_argument("--report", type=Path, default=None, help="only re-render the report of an existing DIR")
     p.add_argument("--reuse", type=Path, action="append", default=[], metavar="DIR",
                    help="take the successful trainings of an earlier benchmark DIR that had the same arguments "
@@ -397,7 +420,14 @@ def main(argv: list[str]) -> int:
     t0 = time.perf_counter()
     only = args.arms.split(",") if args.arms else None
     try:
-        select_arms(args.scenario, DEFAULT_BIAS if bias is None else bias, only)
+        variants = [parse_variant(v) for v in args.variant]
+        select_arms(args.scenario, DEFAULT_BIAS if bias is None else bias, only, variants)
+        from wmrl.config import ConfigError, load_config
+        for label, o in variants:  # a broken override fails here, not after the other arms have trained
+            try:
+                load_config(["experiment=wmrl", *o, *overrides])
+            except ConfigError as e:
+                raise ValueError(f"--variant {label}: {e}") from e
     except ValueError as e:
         p.error(str(e))
     missing = [str(d) for d in args.reuse if not (d / "results.json").exists()]
@@ -411,7 +441,7 @@ def main(argv: list[str]) -> int:
         pretrained = pretrain(load_config(["experiment=wmrl", *overrides]))
         print(f"[speedup] pretrained world model: {json.dumps(pretrained)}", flush=True)
     results = run_benchmark(out, args.scenario, seeds, overrides, bias, only, pretrained=pretrained, reuse=args.reuse,
-                            share_warm_eval_runs=not args.no_share_warm_eval)
+                            share_warm_eval_runs=not args.no_share_warm_eval, variants=variants)
     print((out / "table.md").read_text())
     print(f"[speedup] {len(results['runs'])} trainings in {time.perf_counter() - t0:.0f}s; results in {out}")
     return 1 if any(r["status"] != "ok" for r in results["runs"]) else 0

@@ -422,6 +422,31 @@ def test_selection_arms_run_only_when_named_and_unknown_arms_are_refused():
         speedup.main(["--arms", "sandbox_rl,wmrl_typo", "--out", "/nonexistent"])
 
 
+def test_a_variant_is_a_wmrl_arm_with_its_own_overrides_trained_beside_the_others(tmp_path):
+    speedup = _load_speedup()
+    variant = speedup.parse_variant("wmrl_rate33  env.anchor_rate=0.33 rl.lr=0.0002")
+    assert variant == ("wmrl_rate33", ["env.anchor_rate=0.33", "rl.lr=0.0002"])
+    arms = speedup.select_arms("default", {}, ["sandbox_rl"], [variant])
+    assert arms == [("sandbox_rl", "sandbox_rl", [], {}), ("wmrl_rate33", "wmrl", ["env.anchor_rate=0.33", "rl.lr=0.0002"], {})]
+    biased = speedup.select_arms("correlated", {"dummy": 0.4}, ["sandbox_rl"], [variant])
+    assert biased[-1][3] == {"dummy": 0.4}  # a variant of the correlated scenario sees its world-model error too
+    for bad in ("wmrl_rate33", "env.anchor_rate=0.3", "lbl rl.lr"):
+        with pytest.raises(ValueError, match="--variant"):
+            speedup.parse_variant(bad)
+    with pytest.raises(ValueError, match="already name an arm"):
+        speedup.select_arms("default", {}, None, [("wmrl", ["rl.lr=0.1"])])
+    for argv in (["--variant", "v env.anchor_rat=0.3"], ["--variant", "wmrl_no_debias rl.lr=0.1"], ["--variant", "v"]):
+        with pytest.raises(SystemExit):  # refused before anything trains (an unknown key, a clash, no override)
+            speedup.main([*argv, "--out", str(tmp_path / "never")])
+    assert not (tmp_path / "never").exists()
+    results = speedup.run_benchmark(tmp_path / "b", "default", seeds=1, only=["sandbox_rl"], train_fn=_fake_train,
+                                    variants=[variant])
+    run = next(r for r in results["runs"] if r["arm"] == "wmrl_rate33")
+    assert run["status"] == "ok" and "experiment=wmrl" in run["args"] and "env.anchor_rate=0.33" in run["args"]
+    saved = json.loads((tmp_path / "b" / "results.json").read_text())
+    assert [r["arm"] for r in saved["report"]["rows"]] == ["sandbox_rl", "wmrl_rate33"]
+
+
 def test_warm_eval_key_ignores_what_only_training_reads_and_keeps_what_the_first_evaluation_reads():
     speedup = _load_speedup()
     key = speedup.warm_eval_key
