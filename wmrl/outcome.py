@@ -105,6 +105,11 @@ class RawResult:
     detail: str = ""  # one line for humans: why the status was given
 
 
+def sandbox_error_line(status: Status, detail: str) -> str:
+    """The line the sandbox appends to a failed execution's stderr: its verdict and why."""
+    return f"[sandbox] {status.value}: {detail}"
+
+
 def error_line(stderr_tail: str) -> str:
     """The line of an error an agent reads: the last non-empty line of stderr, at most 200 characters."""
     last = [line for line in (stderr_tail or "").strip().splitlines() if line.strip()][-1:]

@@ -29,7 +29,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from wmrl.config import SandboxConfig
-from wmrl.outcome import Outcome, RawResult, Status, ladder_reward
+from wmrl.outcome import Outcome, RawResult, Status, ladder_reward, sandbox_error_line
 from wmrl.sandbox import isolation
 from wmrl.sandbox.cgroups import CgroupsUnavailable, SlotCgroups, SlotLimits
 from wmrl.sandbox.cgroups import describe as cgroups_describe
@@ -443,7 +443,7 @@ class LocalSandbox:
                 status, detail = Status.NO_VALID_OUTPUT, why
         stderr = str(reply.get("stderr_tail", ""))
         if status is not Status.VALID and detail:
-            stderr = (stderr.rstrip("\n") + "\n" if stderr.strip() else "") + f"[sandbox] {status.value}: {detail}"
+            stderr = (stderr.rstrip("\n") + "\n" if stderr.strip() else "") + sandbox_error_line(status, detail)
         return RawResult(status=status, predictions=predictions, wall_s=wall_s, fit_s=_seconds(reply.get("fit_s"), wall_s),
                          predict_s=_seconds(reply.get("predict_s"), wall_s), stderr_tail=stderr[-STDERR_TAIL_CHARS:],
                          detail=detail)

@@ -1,14 +1,17 @@
 """Deterministic static checks beyond syntax: failures that need no model to predict.
 
-A program that uses a name it never defined or imports a name its module does not have fails
-with a runtime error the moment it runs, whatever the data. The world model predicts those
-exactly (reward 0.1, variance 0), as it does syntax errors, and saves its network for what
-depends on the data.
+A program that uses a name it never defined, imports a name its module does not have, calls a
+scikit-learn estimator with arguments its constructor does not take, or returns an estimator whose
+literal hyperparameters its own validation rejects fails with a runtime error when it runs, whatever
+the data. The world model predicts those exactly (reward 0.1, variance 0, the error line the sandbox
+would print), as it does syntax errors, and saves its network for what depends on the data.
 """
 from __future__ import annotations
 
+import ast
 import builtins
 import importlib
+import inspect
 import math
 import symtable
 import warnings
@@ -16,7 +19,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from wmrl.outcome import Status
+from wmrl.outcome import Status, sandbox_error_line
 from wmrl.sandbox.program import precheck
 
 # Modules whose attributes may be looked up on the host: importing them has no side effects.
@@ -49,12 +52,13 @@ def _module_has(module: str, name: str) -> bool | None:
         return None
 
 
-def _imports(source: str) -> list[tuple[str, str]]:
-    import ast
-
+def _parse(source: str) -> ast.Module:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SyntaxWarning)
-        tree = ast.parse(source)
+        return ast.parse(source)
+
+
+def _imports(tree: ast.Module) -> list[tuple[str, str]]:
     out = []
     for node in tree.body:  # module level only: these run when the program is loaded
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -62,12 +66,15 @@ def _imports(source: str) -> list[tuple[str, str]]:
     return out
 
 
-def static_check(source: str) -> tuple[Status | None, str]:
-    """RUNTIME_ERROR with a reason when the program certainly fails at load or in `build()`; else None.
+def static_check(source: str, interface: str = "estimator") -> tuple[Status | None, str]:
+    """RUNTIME_ERROR with a reason when the program certainly fails at load, in `build()` or, for an
+    estimator task (where the sandbox calls `build()` and fits what it returns), in fit; else None.
 
     Call after the syntax pre-check passed.
     """
-    for module, name in _imports(source):
+    tree = _parse(source)
+    imports = _imports(tree)
+    for module, name in imports:
         if name == "*":
             return None, ""  # names are then unknowable statically
         if _module_has(module, name) is False:
@@ -86,7 +93,124 @@ def static_check(source: str) -> tuple[Status | None, str]:
             name = sym.get_name()
             if sym.is_referenced() and sym.is_global() and name not in defined and name not in _BUILTINS:
                 return Status.RUNTIME_ERROR, f"NameError: name {name!r} is not defined"
-    return None, ""
+    error = _estimator_error(tree) if interface == "estimator" else ""
+    return (Status.RUNTIME_ERROR, error) if error else (None, "")
+
+
+@lru_cache(maxsize=1024)
+def _sklearn_class(module: str, name: str):
+    """The scikit-learn estimator class `from module import name` gives, else None."""
+    if module.split(".")[0] != "sklearn" or not _module_has(module, name):
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        obj = getattr(importlib.import_module(module), name, None)
+    return obj if inspect.isclass(obj) and hasattr(obj, "get_params") else None
+
+
+_NOT_LITERAL = object()
+# Calls whose positional arguments are fitted in order whenever the result is (a pipeline's steps).
+_PIPELINES = {("sklearn.pipeline", "make_pipeline")}
+
+
+def _literal(node: ast.AST):
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return _NOT_LITERAL
+
+
+def _calls_in_order(node: ast.AST):
+    """Calls under `node` in the order Python evaluates them (arguments before the call)."""
+    if isinstance(node, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return  # defined, not run here
+    for child in ast.iter_child_nodes(node):
+        yield from _calls_in_order(child)
+    if isinstance(node, ast.Call):
+        yield node
+
+
+def _estimator_error(tree: ast.Module) -> str:
+    """The error line of a `build()` that certainly fails on a scikit-learn estimator's arguments, else "".
+
+    Looked at: the statements of `build` up to its first `return`, as long as none of them branches or
+    loops (each is then certainly run, in order). A constructor call with a keyword it does not take or
+    too many positional arguments raises TypeError when it runs; an estimator that `build` returns (alone
+    or as a step of `make_pipeline`) whose literal hyperparameters fail scikit-learn's own validation
+    raises when it is fitted. Each is reproduced by constructing the class itself with the program's
+    literal arguments (a placeholder for the others), which runs no agent code; its message is the line
+    the sandbox prints. Anything else (a name rebound, `*args`/`**kwargs`, an unknown module) is left
+    to the model.
+    """
+    build = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "build"), None)
+    if build is None or build.args.args or build.args.vararg or build.args.kwarg or build.decorator_list:
+        return ""
+    rebound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    rebound |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments) for a in (*n.args, *n.kwonlyargs)}
+    origin = {}  # local name -> (module, name) of a module-level `from sklearn... import`
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for a in node.names:
+                origin[a.asname or a.name] = (node.module, a.name)
+    names = [a.asname or a.name for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names]
+    origin = {k: v for k, v in origin.items() if k not in rebound and names.count(k) == 1}
+
+    def origin_of(call: ast.Call):
+        return origin.get(call.func.id) if isinstance(call.func, ast.Name) else None
+
+    for stmt in build.body:
+        if not isinstance(stmt, (ast.Return, ast.Assign, ast.AnnAssign, ast.Expr)):
+            return ""  # a branch, loop, try or nested definition: what runs is no longer certain
+        for call in _calls_in_order(stmt):
+            cls = _sklearn_class(*origin_of(call)) if origin_of(call) else None
+            if cls is None:
+                continue
+            if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+                return ""  # unpacked arguments: unknowable here, and every later call is then uncertain
+            args = [_literal(a) for a in call.args]
+            kwargs = {k.arg: _literal(k.value) for k in call.keywords}
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    cls(*(None if a is _NOT_LITERAL else a for a in args),
+                        **{k: None if v is _NOT_LITERAL else v for k, v in kwargs.items()})
+            except TypeError as e:
+                return _error_line(e, "build")
+            except Exception:  # noqa: BLE001 - a constructor that validates: leave it to the model
+                return ""
+        if isinstance(stmt, ast.Return):
+            return _returned_estimator_error(stmt.value, origin_of) if stmt.value is not None else ""
+    return ""
+
+
+def _returned_estimator_error(node: ast.AST, origin_of) -> str:
+    """Validation error of the estimator `build` returns, or of a step of the `make_pipeline` it returns."""
+    if not isinstance(node, ast.Call) or origin_of(node) is None:
+        return ""
+    if origin_of(node) in _PIPELINES:
+        for step in node.args:
+            error = _returned_estimator_error(step, origin_of)
+            if error:
+                return error
+        return ""
+    cls = _sklearn_class(*origin_of(node))
+    values = [_literal(k.value) for k in node.keywords]
+    if cls is None or node.args or _NOT_LITERAL in values or not hasattr(cls, "_validate_params"):
+        return ""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cls(**{k.arg: v for k, v in zip(node.keywords, values)})._validate_params()
+    except (ValueError, TypeError) as e:  # InvalidParameterError is both
+        return _error_line(e, "fit")
+    except Exception:  # noqa: BLE001
+        return ""
+    return ""
+
+
+def _error_line(e: BaseException, stage: str) -> str:
+    """The error line the sandbox prints for `e` raised in `stage` (its detail as `_zygote._run_program` words it)."""
+    return sandbox_error_line(Status.RUNTIME_ERROR, f"{type(e).__name__} in {stage}: {str(e)[:200]}")
 
 
 def decided_status(source: str, interface: str = "estimator") -> tuple[Status | None, str]:
@@ -94,7 +218,7 @@ def decided_status(source: str, interface: str = "estimator") -> tuple[Status | 
     malformed), then the static checks above; (None, "") when a model must predict it."""
     status, detail = precheck(source, interface)
     if status is None:
-        status, detail = static_check(source)
+        status, detail = static_check(source, interface)
     return status, detail
 
 
