@@ -227,6 +227,9 @@ ESTIMATOR_FAILURES = [  # what a policy mixing up estimator families writes; eac
     "    model = LogisticRegression(alpha=1.0)\n    return model\n",
 ]
 ESTIMATOR_UNDECIDED = [  # valid, or failing only on something the check must not guess
+    # a name read after `return` is never read (the check took this valid program for a certain NameError)
+    "from sklearn.neighbors import KNeighborsClassifier\n\ndef build():\n"
+    "    return KNeighborsClassifier(n_neighbors=3)\n    model.fit\n",
     "from sklearn.ensemble import HistGradientBoostingClassifier\n\ndef build():\n"
     "    return HistGradientBoostingClassifier(max_iter=50, learning_rate=0.1)\n",
     "from sklearn.pipeline import make_pipeline\nfrom sklearn.preprocessing import StandardScaler\n"
@@ -239,7 +242,7 @@ ESTIMATOR_UNDECIDED = [  # valid, or failing only on something the check must no
 ]
 
 
-def test_estimator_arguments_that_certainly_fail_are_predicted_with_the_sandboxs_own_error_line(tmp_path):
+def test_estimator_arguments_that_certainly_fail_are_predicted_with_the_sandboxs_own_error_line():
     """A keyword an estimator does not take (HistGradientBoosting has no n_estimators), positional arguments,
     or a literal hyperparameter scikit-learn's validation rejects fail in every execution: the world model
     predicts them exactly, with the line the sandbox prints, and leaves to its network what is uncertain.
@@ -255,7 +258,7 @@ def test_estimator_arguments_that_certainly_fail_are_predicted_with_the_sandboxs
 
     task = IrisTask(time_limit_s=10.0)
     with LocalSandbox(SandboxConfig(slots=1)) as sb:
-        real = sb.run([ExecRequest(task, p) for p in ESTIMATOR_FAILURES + ESTIMATOR_UNDECIDED[:3]])
+        real = sb.run([ExecRequest(task, p) for p in ESTIMATOR_FAILURES + ESTIMATOR_UNDECIDED[:4]])
     for program, outcome in zip(ESTIMATOR_FAILURES, real):
         status, detail = static_check(program)
         assert outcome.status is Status.RUNTIME_ERROR and status is Status.RUNTIME_ERROR

@@ -83,17 +83,12 @@ def static_check(source: str, interface: str = "estimator") -> tuple[Status | No
         top = symtable.symtable(source, "program.py", "exec")
     except SyntaxError:
         return None, ""
-    defined = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported()}
     build = next((c for c in top.get_children() if c.get_name() == "build" and c.get_type() == "function"), None)
-    tables = [build] if build is not None else []
-    while tables:  # build() and the scopes it contains (comprehensions, lambdas run inside it)
-        table = tables.pop()
-        tables += table.get_children()
-        for sym in table.get_symbols():
-            name = sym.get_name()
-            if sym.is_referenced() and sym.is_global() and name not in defined and name not in _BUILTINS:
-                return Status.RUNTIME_ERROR, f"NameError: name {name!r} is not defined"
-    error = _estimator_error(tree) if interface == "estimator" else ""
+    if build is None:
+        return None, ""
+    defined = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported()}
+    undefined = {s.get_name() for s in build.get_symbols() if s.is_global()} - defined - _BUILTINS
+    error = _build_error(tree, undefined, check_fit=interface == "estimator")
     return (Status.RUNTIME_ERROR, error) if error else (None, "")
 
 
@@ -120,27 +115,30 @@ def _literal(node: ast.AST):
         return _NOT_LITERAL
 
 
-def _calls_in_order(node: ast.AST):
-    """Calls under `node` in the order Python evaluates them (arguments before the call)."""
-    if isinstance(node, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return  # defined, not run here
+def _evaluated(node: ast.AST):
+    """Names read and calls made under `node`, in the order Python evaluates them (arguments before the
+    call); what runs only maybe or later (lambda and nested bodies, comprehensions) is not entered."""
+    if isinstance(node, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+                         ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+        return
     for child in ast.iter_child_nodes(node):
-        yield from _calls_in_order(child)
-    if isinstance(node, ast.Call):
+        yield from _evaluated(child)
+    if isinstance(node, ast.Call) or (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
         yield node
 
 
-def _estimator_error(tree: ast.Module) -> str:
-    """The error line of a `build()` that certainly fails on a scikit-learn estimator's arguments, else "".
+def _build_error(tree: ast.Module, undefined: set[str], check_fit: bool) -> str:
+    """The error line of a `build()` that certainly fails, else "".
 
     Looked at: the statements of `build` up to its first `return`, as long as none of them branches or
-    loops (each is then certainly run, in order). A constructor call with a keyword it does not take or
-    too many positional arguments raises TypeError when it runs; an estimator that `build` returns (alone
-    or as a step of `make_pipeline`) whose literal hyperparameters fail scikit-learn's own validation
-    raises when it is fitted. Each is reproduced by constructing the class itself with the program's
-    literal arguments (a placeholder for the others), which runs no agent code; its message is the line
-    the sandbox prints. Anything else (a name rebound, `*args`/`**kwargs`, an unknown module) is left
-    to the model.
+    loops (each is then certainly run, in order; what follows a `return` never runs). Reading a global
+    name the program never defines raises NameError; a scikit-learn constructor call with a keyword it
+    does not take or too many positional arguments raises TypeError; with `check_fit` (the sandbox fits
+    what `build` returns), an estimator returned alone or as a step of `make_pipeline` whose literal
+    hyperparameters fail scikit-learn's own validation raises when it is fitted. Constructor errors are
+    reproduced by constructing the class itself with the program's literal arguments (a placeholder for
+    the others), which runs no agent code, so the message is the line the sandbox prints. Anything else
+    (a name rebound, `*args`/`**kwargs`, an unknown module) is left to the model.
     """
     build = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "build"), None)
     if build is None or build.args.args or build.args.vararg or build.args.kwarg or build.decorator_list:
@@ -161,14 +159,18 @@ def _estimator_error(tree: ast.Module) -> str:
     for stmt in build.body:
         if not isinstance(stmt, (ast.Return, ast.Assign, ast.AnnAssign, ast.Expr)):
             return ""  # a branch, loop, try or nested definition: what runs is no longer certain
-        for call in _calls_in_order(stmt):
-            cls = _sklearn_class(*origin_of(call)) if origin_of(call) else None
+        for node in _evaluated(stmt):
+            if isinstance(node, ast.Name):
+                if node.id in undefined:
+                    return _error_line(NameError(f"name {node.id!r} is not defined"), "build")
+                continue
+            cls = _sklearn_class(*origin_of(node)) if origin_of(node) else None
             if cls is None:
                 continue
-            if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+            if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
                 return ""  # unpacked arguments: unknowable here, and every later call is then uncertain
-            args = [_literal(a) for a in call.args]
-            kwargs = {k.arg: _literal(k.value) for k in call.keywords}
+            args = [_literal(a) for a in node.args]
+            kwargs = {k.arg: _literal(k.value) for k in node.keywords}
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
@@ -179,7 +181,7 @@ def _estimator_error(tree: ast.Module) -> str:
             except Exception:  # noqa: BLE001 - a constructor that validates: leave it to the model
                 return ""
         if isinstance(stmt, ast.Return):
-            return _returned_estimator_error(stmt.value, origin_of) if stmt.value is not None else ""
+            return _returned_estimator_error(stmt.value, origin_of) if check_fit and stmt.value is not None else ""
     return ""
 
 
