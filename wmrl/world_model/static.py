@@ -29,25 +29,26 @@ _BUILTINS = set(dir(builtins)) | {"__name__", "__file__", "__doc__", "__builtins
 
 
 @lru_cache(maxsize=4096)
-def _module_has(module: str, name: str) -> bool | None:
-    """True/False when `from module import name` certainly works/fails; None when unknown."""
+def _import_failure(module: str, name: str) -> tuple[str, str] | None:
+    """(exception name, message) that `from module import name` certainly raises, ("", "") when it certainly
+    works, None when unknown."""
     if module.split(".")[0] not in _INSPECTABLE:
         return None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             mod = importlib.import_module(module)
-    except ImportError:
-        return False
+    except ImportError as e:
+        return type(e).__name__, str(e)
     except Exception:  # noqa: BLE001 - an odd module: do not guess
         return None
     if hasattr(mod, name):
-        return True
+        return "", ""
     try:
         importlib.import_module(f"{module}.{name}")  # a submodule imported by name
-        return True
-    except ImportError:
-        return False
+        return "", ""
+    except ImportError:  # worded as Python words it
+        return "ImportError", f"cannot import name {name!r} from {module!r} ({getattr(mod, '__file__', None) or 'unknown location'})"
     except Exception:  # noqa: BLE001
         return None
 
@@ -77,8 +78,9 @@ def static_check(source: str, interface: str = "estimator") -> tuple[Status | No
     for module, name in imports:
         if name == "*":
             return None, ""  # names are then unknowable statically
-        if _module_has(module, name) is False:
-            return Status.RUNTIME_ERROR, f"ImportError: cannot import name {name!r} from {module!r}"
+        failure = _import_failure(module, name)
+        if failure and failure[0]:
+            return Status.RUNTIME_ERROR, _error_line(*failure, "build")
     try:
         top = symtable.symtable(source, "program.py", "exec")
     except SyntaxError:
@@ -95,7 +97,7 @@ def static_check(source: str, interface: str = "estimator") -> tuple[Status | No
 @lru_cache(maxsize=1024)
 def _sklearn_class(module: str, name: str):
     """The scikit-learn estimator class `from module import name` gives, else None."""
-    if module.split(".")[0] != "sklearn" or not _module_has(module, name):
+    if module.split(".")[0] != "sklearn" or _import_failure(module, name) != ("", ""):
         return None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -162,7 +164,7 @@ def _build_error(tree: ast.Module, undefined: set[str], check_fit: bool) -> str:
         for node in _evaluated(stmt):
             if isinstance(node, ast.Name):
                 if node.id in undefined:
-                    return _error_line(NameError(f"name {node.id!r} is not defined"), "build")
+                    return _error_line("NameError", f"name {node.id!r} is not defined", "build")
                 continue
             cls = _sklearn_class(*origin_of(node)) if origin_of(node) else None
             if cls is None:
@@ -177,7 +179,7 @@ def _build_error(tree: ast.Module, undefined: set[str], check_fit: bool) -> str:
                     cls(*(None if a is _NOT_LITERAL else a for a in args),
                         **{k: None if v is _NOT_LITERAL else v for k, v in kwargs.items()})
             except TypeError as e:
-                return _error_line(e, "build")
+                return _error_line(type(e).__name__, str(e), "build")
             except Exception:  # noqa: BLE001 - a constructor that validates: leave it to the model
                 return ""
         if isinstance(stmt, ast.Return):
@@ -204,15 +206,16 @@ def _returned_estimator_error(node: ast.AST, origin_of) -> str:
             warnings.simplefilter("ignore")
             cls(**{k.arg: v for k, v in zip(node.keywords, values)})._validate_params()
     except (ValueError, TypeError) as e:  # InvalidParameterError is both
-        return _error_line(e, "fit")
+        return _error_line(type(e).__name__, str(e), "fit")
     except Exception:  # noqa: BLE001
         return ""
     return ""
 
 
-def _error_line(e: BaseException, stage: str) -> str:
-    """The error line the sandbox prints for `e` raised in `stage` (its detail as `_zygote._run_program` words it)."""
-    return sandbox_error_line(Status.RUNTIME_ERROR, f"{type(e).__name__} in {stage}: {str(e)[:200]}")
+def _error_line(exception: str, message: str, stage: str) -> str:
+    """The error line the sandbox prints for an exception raised in `stage` (worded as `_zygote._run_program`
+    words its detail)."""
+    return sandbox_error_line(Status.RUNTIME_ERROR, f"{exception} in {stage}: {message[:200]}")
 
 
 def decided_status(source: str, interface: str = "estimator") -> tuple[Status | None, str]:
