@@ -223,6 +223,8 @@ CERTAIN_FAILURES = [  # what a policy mixing up estimator families writes; each 
     "from sklearn.ensemble import HistGradientBoostingClassifier\n\ndef build():\n"
     "    return HistGradientBoostingClassifier(n_estimators=50, max_depth=4)\n",
     "from sklearn.svm import SVC\n\ndef build():\n    return SVC(10.0)\n",
+    # the value is evaluated before the target: the TypeError comes first, not the NameError of `holder`
+    "from sklearn.svm import SVC\n\ndef build():\n    holder.model = SVC(10.0)\n    return SVC()\n",
     "from sklearn.pipeline import make_pipeline\nfrom sklearn.preprocessing import StandardScaler\n"
     "from sklearn.neighbors import KNeighborsClassifier\n\ndef build():\n"
     "    return make_pipeline(StandardScaler(), KNeighborsClassifier(n_neighbors=0, weights='distance'))\n",
@@ -233,6 +235,13 @@ ESTIMATOR_UNDECIDED = [  # valid, or failing only on something the check must no
     # a name read after `return` is never read (the check took this valid program for a certain NameError)
     "from sklearn.neighbors import KNeighborsClassifier\n\ndef build():\n"
     "    return KNeighborsClassifier(n_neighbors=3)\n    model.fit\n",
+    # a local variable's annotation is never evaluated: an undefined name there is no error
+    "from sklearn.neighbors import KNeighborsClassifier\n\ndef build():\n"
+    "    model: Classifier = KNeighborsClassifier(n_neighbors=3)\n    return model\n",
+    # build() defined twice: the second definition is the one called (the check read the first; 3 of 12816
+    # programs of five sandbox_rl runs were so decided wrongly)
+    "from sklearn.tree import DecisionTreeClassifier\n\ndef build():\n    StandardScaler\n\n"
+    "def build():\n    return DecisionTreeClassifier()\n",
     "from sklearn.ensemble import HistGradientBoostingClassifier\n\ndef build():\n"
     "    return HistGradientBoostingClassifier(max_iter=50, learning_rate=0.1)\n",
     "from sklearn.pipeline import make_pipeline\nfrom sklearn.preprocessing import StandardScaler\n"
@@ -262,7 +271,7 @@ def test_programs_that_certainly_fail_are_predicted_with_the_sandboxs_own_error_
 
     task = IrisTask(time_limit_s=10.0)
     with LocalSandbox(SandboxConfig(slots=1)) as sb:
-        real = sb.run([ExecRequest(task, p) for p in CERTAIN_FAILURES + ESTIMATOR_UNDECIDED[:4]])
+        real = sb.run([ExecRequest(task, p) for p in CERTAIN_FAILURES + ESTIMATOR_UNDECIDED[:6]])
     for program, outcome in zip(CERTAIN_FAILURES, real):
         status, detail = static_check(program)
         assert outcome.status is Status.RUNTIME_ERROR and status is Status.RUNTIME_ERROR

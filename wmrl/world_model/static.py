@@ -85,13 +85,25 @@ def static_check(source: str, interface: str = "estimator") -> tuple[Status | No
         top = symtable.symtable(source, "program.py", "exec")
     except SyntaxError:
         return None, ""
-    build = next((c for c in top.get_children() if c.get_name() == "build" and c.get_type() == "function"), None)
+    build = _the_build(tree)
     if build is None:
         return None, ""
+    table = next(c for c in top.get_children() if c.get_name() == "build" and c.get_type() == "function")
     defined = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported()}
-    undefined = {s.get_name() for s in build.get_symbols() if s.is_global()} - defined - _BUILTINS
-    error = _build_error(tree, undefined, check_fit=interface == "estimator")
+    undefined = {s.get_name() for s in table.get_symbols() if s.is_global()} - defined - _BUILTINS
+    error = _build_error(tree, build, undefined, check_fit=interface == "estimator")
     return (Status.RUNTIME_ERROR, error) if error else (None, "")
+
+
+def _the_build(tree: ast.Module) -> ast.FunctionDef | None:
+    """The `def build` at the module's top level when it is the program's only binding of the name `build`;
+    else None (with a second definition, the last one to run is the one called)."""
+    bindings = [n for n in ast.walk(tree)
+                if (isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == "build")
+                or (isinstance(n, ast.Name) and n.id == "build" and not isinstance(n.ctx, ast.Load))
+                or (isinstance(n, ast.alias) and (n.asname or n.name) == "build")]
+    only = bindings[0] if len(bindings) == 1 else None
+    return only if isinstance(only, ast.FunctionDef) and only in tree.body else None
 
 
 @lru_cache(maxsize=1024)
@@ -119,17 +131,25 @@ def _literal(node: ast.AST):
 
 def _evaluated(node: ast.AST):
     """Names read and calls made under `node`, in the order Python evaluates them (arguments before the
-    call); what runs only maybe or later (lambda and nested bodies, comprehensions) is not entered."""
+    call, an assignment's value before its target); what runs only maybe or later (lambda and nested bodies,
+    comprehensions) or never (a local variable's annotation) is not entered."""
     if isinstance(node, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
                          ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
         return
-    for child in ast.iter_child_nodes(node):
-        yield from _evaluated(child)
+    if isinstance(node, ast.Assign):
+        children = [node.value, *node.targets]
+    elif isinstance(node, ast.AnnAssign):
+        children = [node.value, node.target]
+    else:
+        children = ast.iter_child_nodes(node)
+    for child in children:
+        if child is not None:
+            yield from _evaluated(child)
     if isinstance(node, ast.Call) or (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
         yield node
 
 
-def _build_error(tree: ast.Module, undefined: set[str], check_fit: bool) -> str:
+def _build_error(tree: ast.Module, build: ast.FunctionDef, undefined: set[str], check_fit: bool) -> str:
     """The error line of a `build()` that certainly fails, else "".
 
     Looked at: the statements of `build` up to its first `return`, as long as none of them branches or
@@ -142,8 +162,7 @@ def _build_error(tree: ast.Module, undefined: set[str], check_fit: bool) -> str:
     the others), which runs no agent code, so the message is the line the sandbox prints. Anything else
     (a name rebound, `*args`/`**kwargs`, an unknown module) is left to the model.
     """
-    build = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "build"), None)
-    if build is None or build.args.args or build.args.vararg or build.args.kwarg or build.decorator_list:
+    if build.args.args or build.args.vararg or build.args.kwarg or build.decorator_list:
         return ""
     rebound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
     rebound |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments) for a in (*n.args, *n.kwonlyargs)}
