@@ -6,9 +6,10 @@ program is never run) and total (every string gets a class).
 from __future__ import annotations
 
 import ast
-import warnings
 import re
 from typing import Dict, Optional
+
+from wmrl.sandbox.program import collector_paused, parse_program
 
 ACTION_CLASSES = ("forest", "linear", "boosting", "knn", "svm", "tree", "naive_bayes",
                   "neural_net", "dummy", "other", "unparsable")
@@ -35,6 +36,7 @@ _WRAPPERS = {"GridSearchCV", "RandomizedSearchCV", "HalvingGridSearchCV", "Halvi
              "TransformedTargetRegressor", "TunedThresholdClassifierCV", "FixedThresholdClassifier"}
 _WRAPPED_KWARGS = ("estimator", "regressor", "classifier", "base_estimator")
 _MAX_DEPTH = 8
+_MAX_STEPS = 2_000  # expressions followed per program: helpers returning helpers would otherwise branch exponentially
 
 
 def family_of(class_name: str) -> Optional[str]:
@@ -46,12 +48,14 @@ def family_of(class_name: str) -> Optional[str]:
 
 def action_class(source: str) -> str:
     """Family of the estimator `build()` returns; for a pipeline, of its final step."""
-    try:
-        with warnings.catch_warnings():  # agent code: its SyntaxWarnings are not ours
-            warnings.simplefilter("ignore", SyntaxWarning)
-            tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    tree = parse_program(source)[0]  # bounded in size and depth: no text makes the walks below recurse too deep
+    if tree is None:
         return "unparsable"
+    with collector_paused():
+        return _family(tree)
+
+
+def _family(tree: ast.Module) -> str:
     resolver = _Resolver(tree)
     build = resolver.functions.get("build")
     family = resolver.of_function(build, 0) if build is not None else None
@@ -70,6 +74,8 @@ class _Resolver:
         self.functions: Dict[str, ast.FunctionDef] = {
             n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
         self.aliases: Dict[str, str] = {}
+        self.steps = 0
+        self.bodies: Dict[int, tuple] = {}
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
                 for a in node.names:
@@ -82,8 +88,11 @@ class _Resolver:
         return self.aliases.get(name, name)
 
     def of_function(self, fn: ast.FunctionDef, depth: int) -> Optional[str]:
-        returns = [n.value for n in ast.walk(fn) if isinstance(n, ast.Return) and n.value is not None]
-        env = {**self.module_env, **self._assignments(ast.walk(fn))}
+        if id(fn) not in self.bodies:  # each function walked once, however often helpers call it
+            nodes = list(ast.walk(fn))
+            self.bodies[id(fn)] = ([n.value for n in nodes if isinstance(n, ast.Return) and n.value is not None],
+                                   {**self.module_env, **self._assignments(nodes)})
+        returns, env = self.bodies[id(fn)]
         for value in reversed(returns):
             family = self.of_expr(value, env, depth + 1)
             if family:
@@ -103,7 +112,8 @@ class _Resolver:
         return env
 
     def of_expr(self, expr: ast.expr, env: Dict[str, ast.expr], depth: int) -> Optional[str]:
-        if depth > _MAX_DEPTH:
+        self.steps += 1
+        if depth > _MAX_DEPTH or self.steps > _MAX_STEPS:
             return None
         if isinstance(expr, ast.Name) and expr.id in env and env[expr.id] is not expr:
             return self.of_expr(env[expr.id], env, depth + 1)

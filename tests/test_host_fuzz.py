@@ -1,0 +1,106 @@
+"""Agent text on the host: every path that reads it before (or instead of) the sandbox returns a status within
+a time and memory bound, prints nothing, never raises or exits, and imports or runs no module an agent names."""
+from __future__ import annotations
+
+import gc
+import random
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import fuzz_programs  # noqa: E402
+
+from wmrl.outcome import Outcome, Status, render_observation  # noqa: E402
+from wmrl.sandbox.program import MAX_NESTING, MAX_PROGRAM_CHARS, extract_program, parse_program, precheck  # noqa: E402
+from wmrl.tasks.action import action_class  # noqa: E402
+from wmrl.world_model.static import decided_status  # noqa: E402
+
+N_PROGRAMS = 10_000
+DECISION_S = 0.050  # per text, CPU time of this thread: every host-side reading of one text together
+PEAK_BYTES = 64 << 20  # Python allocations while reading one text (the text itself not counted)
+MEMORY_EVERY = 10
+
+
+def _read(completion: str) -> list:
+    """What the trainer does with one completion before any sandbox: extract, pre-check, static checks (both
+    interfaces), the action class of the strata, and the observation the agent would read."""
+    program = extract_program(completion)
+    out = []
+    for interface in ("estimator", "script"):
+        status, detail = precheck(program, interface)
+        assert status is None or isinstance(status, Status)
+        decided, why = decided_status(program, interface)
+        assert decided is None or isinstance(decided, Status)
+        if status is not None:
+            assert decided is status  # the world model decides what the pre-check decides, the same way
+        out.append(render_observation(Outcome(task="t", status=decided or Status.VALID, stderr_tail=why), turn=1))
+    out.append(action_class(program))
+    return out
+
+
+def test_ten_thousand_hostile_programs_are_read_within_bounds_silently_and_import_nothing(capfd):
+    rng = random.Random(0)
+    _read(fuzz_programs._estimator(rng))  # warm: the catalog and our own modules load once
+    modules_before = set(sys.modules)
+    slowest, peak, n = (0.0, ""), 0, 0
+    for k, text in enumerate(fuzz_programs.programs(N_PROGRAMS, seed=0)):
+        completion = fuzz_programs.completion(random.Random(k), text)
+        parse_program.cache_clear()
+        if k % 500 == 0:  # a full collection of the test process's heap, which any allocation may trigger, is not the reading's
+            gc.collect()
+        gc.disable()
+        start = time.thread_time()
+        try:
+            _read(completion)
+        except BaseException as e:  # noqa: BLE001 - SystemExit and KeyboardInterrupt included: none may escape
+            raise AssertionError(f"text {k} raised {type(e).__name__}: {e!r}\n{completion[:500]!r}") from None
+        finally:
+            spent = time.thread_time() - start
+            gc.enable()
+        slowest = max(slowest, (spent, completion[:300]))
+        if k % MEMORY_EVERY == 0:  # tracemalloc slows parsing twofold: memory is measured apart from time
+            parse_program.cache_clear()
+            tracemalloc.start()
+            try:
+                _read(completion)
+                peak = max(peak, tracemalloc.get_traced_memory()[1])
+            finally:
+                tracemalloc.stop()
+        n += 1
+    assert n == N_PROGRAMS
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""
+    assert set(sys.modules) - modules_before == set()  # nothing an agent named was imported
+    assert slowest[0] <= DECISION_S, f"{slowest[0] * 1e3:.1f} ms for {slowest[1]!r}"
+    assert peak <= PEAK_BYTES, f"{peak >> 20} MiB"
+
+
+def test_text_beyond_the_parse_bounds_is_one_recorded_failure_everywhere():
+    deep = "def build():\n    return " + "1 + " * 3500 + "1\n"  # a RecursionError in ast.parse (at the sandbox's compile too)
+    nested = "def build():\n    return " + "[" * (MAX_NESTING + 5) + "]" * (MAX_NESTING + 5) + "\n"  # parses, too deep
+    long = "def build():\n    return 1\n" + "#" * MAX_PROGRAM_CHARS
+    for program, status in ((deep, Status.SYNTAX_ERROR), (nested, Status.SYNTAX_ERROR), (long, Status.MALFORMED)):
+        assert precheck(program)[0] is status and decided_status(program)[0] is status
+        assert action_class(program) == "unparsable"
+    assert precheck("def build():\n    return " + "[" * 60 + "]" * 60 + "\n") == (None, "")
+
+
+def test_command_line_entry_points_named_by_a_program_never_run_on_the_host(tmp_path, monkeypatch):
+    """`from numpy.f2py.__main__ import main` imported in the trainer ran f2py with the trainer's argv (it read
+    the files named there and raised SystemExit); a module of our own proves no code of a named module runs."""
+    canary = tmp_path / "sklearn_canary"
+    canary.mkdir()
+    (canary / "__init__.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w').write('ran')\n")
+    (canary / "__main__.py").write_text("raise SystemExit(3)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "argv", ["train.py", str(tmp_path / "secret.txt")])
+    for program in ["from numpy.f2py.__main__ import main\n\ndef build():\n    return main()\n",
+                    "from sklearn.__main__ import x\n\ndef build():\n    return x\n",
+                    "from sklearn_canary.__main__ import x\nfrom sklearn_canary import y\n\ndef build():\n    return x\n",
+                    "from scipy.__main__ import x\nfrom numpy.__main__ import y\n\ndef build():\n    return x\n"]:
+        before = set(sys.modules)
+        decided_status(program)
+        assert set(sys.modules) - before == set()
+    assert not (tmp_path / "ran").exists()
