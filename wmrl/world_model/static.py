@@ -10,53 +10,54 @@ from __future__ import annotations
 
 import ast
 import builtins
-import importlib
-import inspect
+import keyword
 import math
 import symtable
-import warnings
 from functools import lru_cache
 
 import numpy as np
 
 from wmrl.outcome import Status, sandbox_error_line
-from wmrl.sandbox.program import precheck
+from wmrl.sandbox.program import collector_paused, parse_program, precheck
+from wmrl.world_model.catalog import LITERAL_SAMPLES, ROOTS, catalog, literal_type
 
-# Modules whose attributes may be looked up on the host: importing them has no side effects.
-# Anything else is left to the model (importing an arbitrary module named by agent code is not safe).
-_INSPECTABLE = ("sklearn", "numpy", "scipy")
+# Modules the catalog describes (`wmrl.world_model.catalog`, gathered in a child process ahead of any
+# program): nothing an agent names is imported here, and no library code runs on an agent's values.
+_INSPECTABLE = ROOTS
 _BUILTINS = set(dir(builtins)) | {"__name__", "__file__", "__doc__", "__builtins__"}
 
 
 @lru_cache(maxsize=4096)
 def _import_failure(module: str, name: str) -> tuple[str, str] | None:
     """(exception name, message) that `from module import name` certainly raises, ("", "") when it certainly
-    works, None when unknown."""
-    if module.split(".")[0] not in _INSPECTABLE:
+    works, None when unknown. Read from the catalog, worded as Python words it."""
+    parts = module.split(".")
+    if parts[0] not in _INSPECTABLE:
         return None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            mod = importlib.import_module(module)
-    except ImportError as e:
-        return type(e).__name__, str(e)
-    except Exception:  # noqa: BLE001 - an odd module: do not guess
+    modules = catalog()["modules"]
+    if parts[0] not in modules:
         return None
-    if hasattr(mod, name):
+    for i in range(2, len(parts) + 1):  # the first missing prefix is the one Python names
+        prefix, parent = ".".join(parts[:i]), ".".join(parts[:i - 1])
+        if prefix in modules:
+            continue
+        if "names" not in modules[parent]:
+            return None  # a module whose contents are not known (private, or it failed to import)
+        if prefix.rpartition(".")[2] in modules[parent]["names"]:
+            return None  # an attribute of the parent, not a submodule: `from a.b import c` then fails oddly
+        if modules[parent]["package"]:
+            return "ModuleNotFoundError", f"No module named {prefix!r}"
+        return "ModuleNotFoundError", f"No module named {prefix!r}; {parent!r} is not a package"
+    entry = modules[module]
+    if "error" in entry:
+        return tuple(entry["error"])
+    if "names" not in entry:
+        return None
+    if name in entry["names"] or f"{module}.{name}" in modules:
         return "", ""
-    try:
-        importlib.import_module(f"{module}.{name}")  # a submodule imported by name
-        return "", ""
-    except ImportError:  # worded as Python words it
-        return "ImportError", f"cannot import name {name!r} from {module!r} ({getattr(mod, '__file__', None) or 'unknown location'})"
-    except Exception:  # noqa: BLE001
-        return None
-
-
-def _parse(source: str) -> ast.Module:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", SyntaxWarning)
-        return ast.parse(source)
+    if entry.get("lazy"):
+        return None  # a module-level __getattr__ may still answer the name
+    return "ImportError", f"cannot import name {name!r} from {module!r} ({entry.get('file') or 'unknown location'})"
 
 
 def _imports(tree: ast.Module) -> list[tuple[str, str]]:
@@ -73,7 +74,14 @@ def static_check(source: str, interface: str = "estimator") -> tuple[Status | No
 
     Call after the syntax pre-check passed.
     """
-    tree = _parse(source)
+    with collector_paused():
+        return _static_check(source, interface)
+
+
+def _static_check(source: str, interface: str) -> tuple[Status | None, str]:
+    tree, status, detail = parse_program(source)
+    if tree is None:
+        return status, detail
     imports = _imports(tree)
     for module, name in imports:
         if name == "*":
@@ -85,20 +93,21 @@ def static_check(source: str, interface: str = "estimator") -> tuple[Status | No
         top = symtable.symtable(source, "program.py", "exec")
     except SyntaxError:
         return None, ""
-    build = _the_build(tree)
+    nodes = list(ast.walk(tree))  # walked once: the checks below look at every node more than once
+    build = _the_build(tree, nodes)
     if build is None:
         return None, ""
     table = next(c for c in top.get_children() if c.get_name() == "build" and c.get_type() == "function")
     defined = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported()}
     undefined = {s.get_name() for s in table.get_symbols() if s.is_global()} - defined - _BUILTINS
-    error = _build_error(tree, build, undefined, check_fit=interface == "estimator")
+    error = _build_error(tree, nodes, build, undefined, check_fit=interface == "estimator")
     return (Status.RUNTIME_ERROR, error) if error else (None, "")
 
 
-def _the_build(tree: ast.Module) -> ast.FunctionDef | None:
+def _the_build(tree: ast.Module, nodes: list[ast.AST]) -> ast.FunctionDef | None:
     """The `def build` at the module's top level when it is the program's only binding of the name `build`;
     else None (with a second definition, the last one to run is the one called)."""
-    bindings = [n for n in ast.walk(tree)
+    bindings = [n for n in nodes
                 if (isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == "build")
                 or (isinstance(n, ast.Name) and n.id == "build" and not isinstance(n.ctx, ast.Load))
                 or (isinstance(n, ast.alias) and (n.asname or n.name) == "build")]
@@ -106,15 +115,35 @@ def _the_build(tree: ast.Module) -> ast.FunctionDef | None:
     return only if isinstance(only, ast.FunctionDef) and only in tree.body else None
 
 
-@lru_cache(maxsize=1024)
-def _sklearn_class(module: str, name: str):
-    """The scikit-learn estimator class `from module import name` gives, else None."""
+def _sklearn_class(module: str, name: str) -> dict | None:
+    """The catalog's description of the scikit-learn estimator class `from module import name` gives, else None."""
     if module.split(".")[0] != "sklearn" or _import_failure(module, name) != ("", ""):
         return None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        obj = getattr(importlib.import_module(module), name, None)
-    return obj if inspect.isclass(obj) and hasattr(obj, "get_params") else None
+    return catalog()["estimators"].get(f"{module}:{name}")
+
+
+@lru_cache(maxsize=1024)
+def _constructor(module: str, name: str):
+    """A function with the signature and qualified name of the class's `__init__` and an empty body: calling it
+    raises the TypeError the constructor raises on those arguments, worded by Python itself. Compiled from the
+    catalog's parameter names (never from agent text)."""
+    est = catalog()["estimators"][f"{module}:{name}"]
+    params = est["params"]
+    if not all(n.isidentifier() and not keyword.iskeyword(n) for n, _, _ in params):
+        return None
+    parts = []
+    for i, (pname, kind, has_default) in enumerate(params):
+        if kind == "KEYWORD_ONLY" and not any(k in ("KEYWORD_ONLY", "VAR_POSITIONAL") for _, k, _ in params[:i]):
+            parts.append("*")
+        prefix = {"VAR_POSITIONAL": "*", "VAR_KEYWORD": "**"}.get(kind, "")
+        parts.append(prefix + pname + ("=None" if has_default and not prefix else ""))
+        if kind == "POSITIONAL_ONLY" and (i + 1 == len(params) or params[i + 1][1] != "POSITIONAL_ONLY"):
+            parts.append("/")
+    namespace: dict = {}
+    exec(compile(f"def __init__({', '.join(parts)}):\n    pass\n", "<catalog>", "exec"), namespace)  # noqa: S102
+    fn = namespace["__init__"]
+    fn.__qualname__ = est["init_qualname"]  # what Python names in the TypeError
+    return fn
 
 
 _NOT_LITERAL = object()
@@ -149,7 +178,8 @@ def _evaluated(node: ast.AST):
         yield node
 
 
-def _build_error(tree: ast.Module, build: ast.FunctionDef, undefined: set[str], check_fit: bool) -> str:
+def _build_error(tree: ast.Module, nodes: list[ast.AST], build: ast.FunctionDef, undefined: set[str],
+                 check_fit: bool) -> str:
     """The error line of a `build()` that certainly fails, else "".
 
     Looked at: the statements of `build` up to its first `return`, as long as none of them branches or
@@ -164,14 +194,14 @@ def _build_error(tree: ast.Module, build: ast.FunctionDef, undefined: set[str], 
     """
     if build.args.args or build.args.vararg or build.args.kwarg or build.decorator_list:
         return ""
-    rebound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
-    rebound |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments) for a in (*n.args, *n.kwonlyargs)}
+    rebound = {n.id for n in nodes if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    rebound |= {a.arg for n in nodes if isinstance(n, ast.arguments) for a in (*n.args, *n.kwonlyargs)}
     origin = {}  # local name -> (module, name) of a module-level `from sklearn... import`
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             for a in node.names:
                 origin[a.asname or a.name] = (node.module, a.name)
-    names = [a.asname or a.name for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names]
+    names = [a.asname or a.name for n in nodes if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names]
     origin = {k: v for k, v in origin.items() if k not in rebound and names.count(k) == 1}
 
     def origin_of(call: ast.Call):
@@ -185,22 +215,15 @@ def _build_error(tree: ast.Module, build: ast.FunctionDef, undefined: set[str], 
                 if node.id in undefined:
                     return _error_line("NameError", f"name {node.id!r} is not defined", "build")
                 continue
-            cls = _sklearn_class(*origin_of(node)) if origin_of(node) else None
+            cls = _constructor(*origin_of(node)) if origin_of(node) and _sklearn_class(*origin_of(node)) else None
             if cls is None:
                 continue
             if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
                 return ""  # unpacked arguments: unknowable here, and every later call is then uncertain
-            args = [_literal(a) for a in node.args]
-            kwargs = {k.arg: _literal(k.value) for k in node.keywords}
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    cls(*(None if a is _NOT_LITERAL else a for a in args),
-                        **{k: None if v is _NOT_LITERAL else v for k, v in kwargs.items()})
+            try:  # `self`, then placeholders: only the arguments' number and names matter to the signature
+                cls(None, *(None for _ in node.args), **{k.arg: None for k in node.keywords})
             except TypeError as e:
                 return _error_line(type(e).__name__, str(e), "build")
-            except Exception:  # noqa: BLE001 - a constructor that validates: leave it to the model
-                return ""
         if isinstance(stmt, ast.Return):
             return _returned_estimator_error(stmt.value, origin_of) if check_fit and stmt.value is not None else ""
     return ""
@@ -216,19 +239,58 @@ def _returned_estimator_error(node: ast.AST, origin_of) -> str:
             if error:
                 return error
         return ""
-    cls = _sklearn_class(*origin_of(node))
+    est = _sklearn_class(*origin_of(node))
     values = [_literal(k.value) for k in node.keywords]
-    if cls is None or node.args or _NOT_LITERAL in values or not hasattr(cls, "_validate_params"):
+    if est is None or node.args or _NOT_LITERAL in values or est["constraints"] is None:
         return ""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            cls(**{k.arg: v for k, v in zip(node.keywords, values)})._validate_params()
-    except (ValueError, TypeError) as e:  # InvalidParameterError is both
-        return _error_line(type(e).__name__, str(e), "fit")
-    except Exception:  # noqa: BLE001
-        return ""
+    for pname, value in sorted(zip((k.arg for k in node.keywords), values)):  # get_params() order: sorted
+        rule = est["constraints"].get(pname)
+        if rule is None:
+            continue
+        verdicts = [_satisfies(c, value) for c in rule["any"]]
+        if True in verdicts:
+            continue
+        if None in verdicts:
+            return ""  # a constraint the catalog cannot evaluate: leave it to the model
+        return _error_line("InvalidParameterError", f"The {pname!r} parameter of {est['name']} must be "
+                                                    f"{rule['message']}. Got {value!r} instead.", "fit")
     return ""
+
+
+def _satisfies(c: dict, value) -> bool | None:
+    """Whether a literal satisfies a catalog constraint (as scikit-learn's `is_satisfied_by` decides), None
+    when unknown."""
+    kind = c["kind"]
+    if kind == "types":
+        return literal_type(value) in c["types"] if literal_type(value) in LITERAL_SAMPLES else None
+    if kind == "any":
+        verdicts = [_satisfies(x, value) for x in c["of"]]
+        return True if True in verdicts else None if None in verdicts else False
+    if kind == "options":
+        return literal_type(value) in c["types"] and _hashable(value) and value in c["values"]
+    if kind == "nan":
+        return isinstance(value, float) and math.isnan(value)
+    if kind == "interval":
+        numeric = {"integral": (bool, int), "real": (bool, int, float), "real_not_int": (float,)}[c["type"]]
+        if not isinstance(value, numeric):
+            return False
+        if isinstance(value, float) and math.isnan(value):
+            return False
+        left = -math.inf if c["left"] is None else c["left"]
+        right = math.inf if c["right"] is None else c["right"]
+        closed = c["closed"]
+        below = value < left if closed in ("left", "both") else value <= left
+        above = value > right if closed in ("right", "both") else value >= right
+        return not (below or above)
+    return None
+
+
+def _hashable(value) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
 def _error_line(exception: str, message: str, stage: str) -> str:
