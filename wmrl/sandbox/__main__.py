@@ -56,7 +56,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return USAGE_ERROR
     with sandbox:
-        requests = [ExecRequest(task, p.read_text(), split=args.split, meta={"file": str(p)}) for p in programs]
+        # undecodable bytes kept as escapes Python's parser refuses (a syntax error, as `python` itself reports)
+        requests = [ExecRequest(task, p.read_bytes().decode("utf-8", "surrogateescape"), split=args.split,
+                                meta={"file": str(p)}) for p in programs]
         for path, outcome in zip(programs, sandbox.run(requests)):
             print(json.dumps(strict_json({"program": str(path), **outcome.to_dict()}), allow_nan=False), flush=True)
     return 0

@@ -35,7 +35,7 @@ from wmrl.sandbox.cgroups import CgroupsUnavailable, SlotCgroups, SlotLimits
 from wmrl.sandbox.cgroups import describe as cgroups_describe
 from wmrl.sandbox.isolation import IsolationUnavailable
 from wmrl.sandbox.base import ExecRequest, SandboxClosed
-from wmrl.sandbox.log import ExecutionLog
+from wmrl.sandbox.log import ExecutionLog, ExecutionLogError
 from wmrl.sandbox.program import precheck
 
 log = logging.getLogger(__name__)
@@ -370,8 +370,10 @@ class LocalSandbox:
             try:
                 if judge:
                     record(self._log, req, outcome, detail=ex.raw.detail, stdout_tail=ex.stdout_tail)
-            finally:
-                batch.put(i, outcome)
+            except ExecutionLogError as e:  # the caller stops; this slot's thread goes on serving
+                batch.fail(e)
+                continue
+            batch.put(i, outcome)
 
     def _check_seccomp(self, worker: _Worker) -> None:
         if worker.seccomp != "on" and self.isolation != "none" and not self._seccomp_warned:

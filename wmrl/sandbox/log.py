@@ -15,6 +15,22 @@ from typing import Iterable, Iterator
 
 from wmrl.outcome import Outcome
 
+
+class ExecutionLogError(RuntimeError):
+    """An execution could not be recorded: training on it would leave the log (and a resume) without it."""
+
+
+def storable(text: str | None) -> str | None:
+    """`text` as SQLite can store it: characters UTF-8 cannot encode (lone surrogates, from an undecodable
+    program file) kept as backslash escapes, everything else unchanged."""
+    if text is None:
+        return None
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS executions (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -51,15 +67,20 @@ class ExecutionLog:
 
     def append(self, outcome: Outcome, program: str, meta: dict | None = None, fingerprint: str | None = None,
                stdout_tail: str = "", detail: str = "") -> int:
-        """Record one execution and commit it; returns its row id."""
+        """Record one execution and commit it; returns its row id. ExecutionLogError when it cannot be
+        written (a full disk): the caller stops instead of training on an execution the log lacks."""
         reward = outcome.reward if isinstance(outcome.reward, (int, float)) and not math.isnan(outcome.reward) else None
-        row = (time.time(), outcome.task, outcome.split, fingerprint, program, outcome.status.value, reward,
-               outcome.wall_s, outcome.fit_s, outcome.predict_s, json.dumps(outcome.to_dict()), stdout_tail, detail,
-               json.dumps(meta or {}, default=str))
+        row = (time.time(), outcome.task, outcome.split, fingerprint, storable(program), outcome.status.value, reward,
+               outcome.wall_s, outcome.fit_s, outcome.predict_s, json.dumps(outcome.to_dict()), storable(stdout_tail),
+               storable(detail), json.dumps(meta or {}, default=str))
         with self._lock:
-            cur = self._db.execute(
-                "INSERT INTO executions (ts, task, split, fingerprint, program, status, reward, wall_s, fit_s, "
-                "predict_s, outcome, stdout_tail, detail, meta) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", row)
+            try:
+                cur = self._db.execute(
+                    "INSERT INTO executions (ts, task, split, fingerprint, program, status, reward, wall_s, fit_s, "
+                    "predict_s, outcome, stdout_tail, detail, meta) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", row)
+            except sqlite3.Error as e:
+                raise ExecutionLogError(f"execution log {self.path}: cannot record an execution ({type(e).__name__}: {e}); "
+                                        "the run stops here (free disk space, then resume=last)") from e
             return cur.lastrowid
 
     def close(self) -> None:

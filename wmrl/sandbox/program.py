@@ -88,7 +88,9 @@ def parse_program(source: str) -> tuple[ast.Module | None, Status | None, str]:
         with warnings.catch_warnings(), collector_paused():  # agent code: its SyntaxWarnings are not ours
             warnings.simplefilter("ignore")
             tree = ast.parse(source)
-    except (SyntaxError, ValueError) as e:  # ValueError: null bytes, or text that is not encodable (lone surrogates)
+    except UnicodeEncodeError:  # lone surrogates: bytes that were not UTF-8 (`python` itself refuses such a file)
+        return None, Status.SYNTAX_ERROR, "SyntaxError: the program is not valid UTF-8 text"
+    except (SyntaxError, ValueError) as e:  # ValueError: null bytes
         line = getattr(e, "lineno", None)
         return None, Status.SYNTAX_ERROR, f"{type(e).__name__}: {getattr(e, 'msg', e)}" + (f" (line {line})" if line else "")
     except (RecursionError, MemoryError) as e:  # CPython's own parser gives up: the program cannot be compiled either

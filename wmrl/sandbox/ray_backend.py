@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 from wmrl.outcome import Outcome, RawResult, Status
 from wmrl.sandbox.base import ExecRequest
 from wmrl.sandbox.local import LocalSandbox, RawExecution, judged, prechecked_batch, record
-from wmrl.sandbox.log import ExecutionLog
+from wmrl.sandbox.log import ExecutionLog, ExecutionLogError
 
 log = logging.getLogger(__name__)
 
@@ -293,8 +293,10 @@ class RaySandbox:
                                                              stderr_tail=f"[sandbox] host error: {e!r}"), ex.attempts))
         try:
             record(self._log, job.req, outcome, detail=ex.raw.detail, stdout_tail=ex.stdout_tail)
-        finally:
-            job.future_batch.put(job.index, outcome)
+        except ExecutionLogError as e:  # the caller stops instead of training on an unrecorded execution
+            job.future_batch.fail(e)
+            return
+        job.future_batch.put(job.index, outcome)
 
     def _finish_lost(self, job: _Job, why: str) -> None:
         raw = RawResult(Status.INFRA_ERROR, wall_s=time.monotonic() - job.t0, detail=why[-1000:],
