@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 from pathlib import Path
 from typing import Any, Dict, Optional
 
+from wmrl.tasks import tabular
 from wmrl.tasks.script import ANSWERS, PUBLIC
 from wmrl.tasks.spec import TaskError
+from wmrl.tasks.task_file import is_task_name, read_yaml
 
 TASK_FIELDS = ("name", "kind", "metric", "target", "id_column", "time_limit_s", "description", "held_out")
 
@@ -33,6 +36,18 @@ def _layout(folder: Path) -> tuple[Path, Path]:
                     f"or a flat folder with {', '.join(PUBLIC)} and answers.csv")
 
 
+def _own_file(path: Path, folder: Path, max_mb: float) -> Path:
+    """`path` if it is a regular file of `folder` itself (not a link, a FIFO or a device, nothing outside the
+    folder) of at most `max_mb`; else a TaskError. What is copied from here is mounted for every agent to read:
+    a link would publish whatever it points at (the host secret, another task's answers)."""
+    if path.is_symlink() or not path.resolve().is_relative_to(folder):
+        raise TaskError(f"import {folder}: {path.relative_to(folder)} links outside the folder; copy the file itself")
+    if not stat.S_ISREG(path.stat().st_mode):
+        raise TaskError(f"import {folder}: {path.relative_to(folder)} is not a regular file")
+    tabular.check_size(path, max_mb, f"import {folder}")
+    return path
+
+
 def import_folder(folder: str | Path, task_cfg: Any, fields: Dict[str, Any]) -> Path:
     """Copy and register `folder` as a script task; returns the task.yaml written. Fields given
     override those of the folder's own task.yaml; the task's data is loaded once to check it."""
@@ -44,15 +59,22 @@ def import_folder(folder: str | Path, task_cfg: Any, fields: Dict[str, Any]) -> 
     if not folder.is_dir():
         raise TaskError(f"import: folder {str(folder)!r} does not exist")
     public, answers = _layout(folder)
-    missing = [n for n in PUBLIC if not (public / n).is_file()]
+    missing = [n for n in PUBLIC if not (public / n).is_file() and not (public / n).is_symlink()]
     if missing:
         raise TaskError(f"import {folder}: {public} lacks {', '.join(missing)}")
+    max_mb = float(task_cfg.max_data_mb)
+    sources = {f"public/{n}": _own_file(public / n, folder, max_mb) for n in PUBLIC}
+    sources["private/answers.csv"] = _own_file(answers, folder, max_mb)
     doc: Dict[str, Any] = {}
-    if (folder / "task.yaml").is_file():
-        doc = yaml.safe_load((folder / "task.yaml").read_text()) or {}
+    if (folder / "task.yaml").is_file() or (folder / "task.yaml").is_symlink():
+        doc = read_yaml(_own_file(folder / "task.yaml", folder, max_mb), f"import {folder}: task.yaml") or {}
+        if not isinstance(doc, dict):
+            raise TaskError(f"import {folder}: task.yaml must be a mapping of fields, not {type(doc).__name__}")
     doc.update({k: v for k, v in fields.items() if v is not None})
     doc.setdefault("name", folder.name if folder.name != "prepared" else folder.parent.name)
     doc["name"] = str(doc["name"]).replace(" ", "_")
+    if not is_task_name(doc["name"]):  # it becomes a folder name under the cache: nothing that leaves it
+        raise TaskError(f"import {folder}: task name {doc['name']!r} must be letters, digits, _ or -; pass --name")
     if doc["name"] in _builtin_names():
         raise TaskError(f"import: {doc['name']!r} is a built-in task; pass --name")
     if "kind" not in doc:
@@ -67,9 +89,8 @@ def import_folder(folder: str | Path, task_cfg: Any, fields: Dict[str, Any]) -> 
     try:
         (tmp / "public").mkdir(parents=True)
         (tmp / "private").mkdir(mode=0o700)
-        for name in PUBLIC:
-            shutil.copyfile(public / name, tmp / "public" / name)
-        shutil.copyfile(answers, tmp / "private" / "answers.csv")
+        for dest_name, source in sources.items():
+            shutil.copyfile(source, tmp / dest_name, follow_symlinks=False)
         (tmp / "task.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
         _check(tmp, task_cfg)
         os.rename(tmp, dest)

@@ -25,9 +25,49 @@ def is_table(path: str) -> bool:
 
 
 def check_size(path: Path, max_mb: float, where: str) -> None:
+    """The file is at most `max_mb` on disk and, for Parquet, once decompressed (a small file can declare
+    gigabytes of column data: it is refused before anything is read)."""
     size_mb = path.stat().st_size / 2**20
     if size_mb > max_mb:
         raise TaskError(f"{where}: file {str(path)!r} is {size_mb:.0f} MiB, over task.max_data_mb={max_mb:g}")
+    if path.suffix.lower() in (".parquet", ".pq"):
+        raw_mb = parquet_metadata(path, where).get("raw_bytes", 0) / 2**20
+        if raw_mb > max_mb:
+            raise TaskError(f"{where}: file {str(path)!r} decompresses to {raw_mb:.0f} MiB, over task.max_data_mb={max_mb:g}")
+
+
+def parquet_metadata(path: Path, where: str) -> dict:
+    """Column names and the uncompressed size a Parquet file's footer declares, or a TaskError."""
+    import pyarrow.parquet as pq
+
+    try:
+        meta = pq.ParquetFile(path).metadata
+        raw = 0
+        for i in range(meta.num_row_groups):  # encoded sizes understate run-length data: fixed widths count too
+            group = meta.row_group(i)
+            for j in range(meta.num_columns):
+                width = _WIDTH.get(meta.schema.column(j).physical_type) or meta.schema.column(j).length or 0
+                raw += max(group.column(j).total_uncompressed_size, group.num_rows * width)
+        return {"names": list(meta.schema.to_arrow_schema().names), "raw_bytes": raw}
+    except Exception as e:  # noqa: BLE001 - pyarrow's errors are many; its message says what is wrong
+        raise TaskError(f"{where}: cannot read {Path(path).name} as Parquet: {type(e).__name__}: {str(e)[:300]}") from None
+
+
+_WIDTH = {"BOOLEAN": 1, "INT32": 4, "INT64": 8, "INT96": 12, "FLOAT": 4, "DOUBLE": 8}  # bytes per value, decoded
+
+
+def _read_parquet(path: Path, max_mb: float) -> "pd.DataFrame":
+    """Read in batches, stopping once the decoded data passes `max_mb` (a footer can understate it)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    batches, decoded = [], 0
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=65_536):
+        decoded += batch.nbytes
+        if decoded > max_mb * 2**20:
+            raise TaskError(f"file {str(path)!r} decompresses to more than task.max_data_mb={max_mb:g} MiB")
+        batches.append(batch)
+    return pa.Table.from_batches(batches, schema=pq.read_schema(path)).to_pandas()
 
 
 def read_table(path: Path, where: str, max_mb: float = DEFAULT_MAX_MB) -> "pd.DataFrame":
@@ -42,7 +82,9 @@ def read_table(path: Path, where: str, max_mb: float = DEFAULT_MAX_MB) -> "pd.Da
         if path.suffix.lower() == ".csv":
             df = pd.read_csv(path)
         else:
-            df = pd.read_parquet(path)
+            df = _read_parquet(path, max_mb)
+    except TaskError as e:
+        raise TaskError(f"{where}: {e}") from None
     except Exception as e:  # a parser's own message says which line is wrong
         raise TaskError(f"{where}: cannot read {path.name}: {type(e).__name__}: {e}") from None
     df.columns = [str(c) for c in df.columns]

@@ -33,17 +33,42 @@ FIELDS = ("name", "data", "target", "kind", "metric", "split", "time_limit_s", "
 REQUIRED = ("name", "data", "kind")
 
 
-def load_task_file(path: str | Path, max_data_mb: float = tabular.DEFAULT_MAX_MB) -> TaskSpec:
-    """Read and validate one task file; every error names the file and the bad field."""
+MAX_YAML_BYTES = 1 << 20
+
+
+def is_task_name(name) -> bool:
+    """A name that is also a safe folder name: letters, digits, _ and - (ASCII), at most 100 characters."""
+    return isinstance(name, str) and 0 < len(name) <= 100 and name.isascii() and name.replace("_", "").replace("-", "").isalnum()
+
+
+def read_yaml(path: Path, where: str):
+    """A YAML document of plain data: no Python tags (safe_load), no aliases (a few lines of nested aliases
+    expand to billions of nodes when the document is printed or walked), at most MAX_YAML_BYTES; else a TaskError."""
     import yaml
 
+    class _NoAliases(yaml.SafeLoader):
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                raise yaml.composer.ComposerError(None, None, "aliases (*name) are not allowed in a task file",
+                                                  self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+
+    try:
+        if path.stat().st_size > MAX_YAML_BYTES:
+            raise TaskError(f"{where}: larger than {MAX_YAML_BYTES >> 20} MiB")
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=_NoAliases)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as e:
+        raise TaskError(f"{where}: not valid YAML: {e}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise TaskError(f"{where}: cannot read it: {e}") from None
+
+
+def load_task_file(path: str | Path, max_data_mb: float = tabular.DEFAULT_MAX_MB) -> TaskSpec:
+    """Read and validate one task file; every error names the file and the bad field."""
     path = Path(path).expanduser()
     if not path.is_file():
         raise TaskError(f"task file {str(path)!r} does not exist")
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise TaskError(f"task file {path}: not valid YAML: {e}") from None
+    doc = read_yaml(path, f"task file {path}")
     if not isinstance(doc, dict):
         raise TaskError(f"task file {path}: expected a mapping of fields ({', '.join(FIELDS)})")
 
@@ -59,7 +84,7 @@ def load_task_file(path: str | Path, max_data_mb: float = tabular.DEFAULT_MAX_MB
         if doc.get(key) in (None, ""):
             raise bad(key, "is required")
     name = doc["name"]
-    if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum():
+    if not is_task_name(name):
         raise bad("name", f"must be a word of letters, digits, _ or -; got {name!r}")
     kind = doc["kind"]
     if kind not in KINDS:
@@ -142,7 +167,7 @@ def _data(doc: dict, path: Path, bad, max_data_mb: float) -> tuple[str, str | No
     if tabular.is_table(str(file)):
         if not isinstance(target, str):
             raise bad("target", "is required for CSV or Parquet data: the name of the target column")
-        header = _columns(file)
+        header = _columns(file, f"task file {path}: field 'data'")
         if target not in header:
             raise bad("target", f"column {target!r} is not in {file.name} (columns: {', '.join(header)})")
         id_column = doc.get("id_column")
@@ -151,13 +176,14 @@ def _data(doc: dict, path: Path, bad, max_data_mb: float) -> tuple[str, str | No
     return str(file.resolve()), target
 
 
-def _columns(file: Path) -> list[str]:
-    if file.suffix.lower() == ".csv":
-        with open(file, newline="") as f:
+def _columns(file: Path, where: str) -> list[str]:
+    if file.suffix.lower() != ".csv":
+        return tabular.parquet_metadata(file, where)["names"]
+    try:
+        with open(file, newline="", encoding="utf-8", errors="replace") as f:
             return next(csv.reader(f), [])
-    import pyarrow.parquet as pq
-
-    return list(pq.read_schema(file).names)
+    except (csv.Error, OSError) as e:
+        raise TaskError(f"{where}: cannot read the header of {file.name}: {e}") from None
 
 
 def _split(split, bad) -> tuple[float, float]:
