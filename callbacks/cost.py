@@ -22,8 +22,9 @@ class CostCallback(Callback):
     Logs every rollout measurement of the batch (`time/generation_s`, `time/env_real_s`, ...),
     `time/step_s`, `throughput/steps_per_s` and the cumulative totals `cost/real_executions`,
     `cost/sandbox_slot_s`, `cost/train_s`. Under DDP the step is every rank's: counts and slot-seconds are
-    summed over ranks, component times are the slowest rank's, and `time/step_s` is rank 0's (it waits for
-    the others at every gather; another rank's step would also count its wait for rank 0's evaluation)."""
+    summed over ranks, component times are the slowest rank's, rates are recomputed from the summed counts, a
+    metric a rank lacks is combined over the others (`ddp/missing_metrics` counts it), and `time/step_s` is rank
+    0's (it waits for the others at every gather; another rank's would also count its wait for rank 0's evaluation)."""
 
     def __init__(self):
         self.totals = {**{k: 0.0 for k in CUMULATIVE}, "cost/train_s": 0.0}
@@ -31,7 +32,7 @@ class CostCallback(Callback):
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: RolloutBatch, batch_idx: int) -> None:
         step_s = batch.stats["time/rollout_s"] + (time.perf_counter() - batch.collected_at)
         ranks = distributed.gather({**batch.stats, "time/step_s": step_s})
-        stats = {k: (max if k.startswith("time/") else sum)(r[k] for r in ranks) for k in ranks[0]}
+        stats = distributed.combine_stats(ranks)  # explicit rules per metric (distributed.RATES); none is lost
         step_s = ranks[0]["time/step_s"]
         del stats["time/step_s"]
         for k in CUMULATIVE:

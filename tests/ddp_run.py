@@ -37,6 +37,7 @@ from wmrl.world_model import make_world_model  # noqa: E402
 
 GROUPS, SIZE, T, PROMPT, VOCAB = 4, 4, 12, 4, 64
 ANCHORED = (0, 1)
+WM_ANSWERED = 3
 BIAS = {"forest": 0.25, "linear": -0.1}  # the WM over-rates one class: debiasing has something to learn
 
 
@@ -71,7 +72,9 @@ def batch_of(step: int, groups: list[int]) -> RolloutBatch:
         source=torch.where(anchor, SOURCE_REAL, SOURCE_WM), is_anchor=anchor, valid=torch.ones(n, dtype=torch.bool),
         weight=torch.ones(n), strata={"task": ["toy"] * n, "action_class": [c for _, _, c, *_ in rows],
                                       "status": ["valid"] * n}, records=records,
-        stats={"time/rollout_s": 0.0, "cost/real_executions": float(anchor.sum()), "cost/sandbox_slot_s": 0.0})
+        stats={"time/rollout_s": 0.0, "cost/real_executions": float(anchor.sum()), "cost/sandbox_slot_s": 0.0,
+               # the world model answered for group 3 alone (1 of its 4 answers unparsable): rank 0 has no such metric
+               **({"wm/malformed_answers": 1, "wm/answers": SIZE} if WM_ANSWERED in groups else {})})
     return b
 
 

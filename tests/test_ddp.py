@@ -66,6 +66,16 @@ def test_two_ranks_take_the_update_one_process_takes_on_their_union(runs):
     assert moved > 100 * PARAM_ATOL  # the comparison is not trivially met by weights that did not train
 
 
+def test_a_metric_only_one_rank_has_is_combined_by_its_rule_and_the_gap_is_counted(runs):
+    """Rank 0's keys decided what was combined: a metric rank 0 lacked was dropped (one rank 1 lacked raised
+    KeyError), and rates were summed over ranks."""
+    (rank0, _), one, _ = runs
+    for step in range(1, 5):
+        assert rank0["metrics"][step]["wm/malformed_rate"] == one["metrics"][step]["wm/malformed_rate"] == 0.25
+        assert rank0["metrics"][step]["ddp/missing_metrics"] == 2  # rank 0 lacked both of the rate's counts
+        assert "ddp/missing_metrics" not in one["metrics"][step] and "wm/answers" not in rank0["metrics"][step]
+
+
 def test_a_ddp_run_resumes_to_the_end_of_an_uninterrupted_one(runs):
     (ref, _), _, tmp = runs
     stopped = _run(tmp / "stopped", 2, 4, "--stop-after", "2")

@@ -69,3 +69,30 @@ def sum_gradients(params: Sequence[Any]) -> None:
 def shard(items: Sequence[Any], rank_: int, world: int) -> list:
     """This rank's share of a step's items: every world-th, starting at its rank."""
     return list(items[rank_::world])
+
+
+# How a step's per-rank statistics (`RolloutBatch.stats`) become one value. Rates are never summed: each is
+# carried as a (numerator, denominator) pair of counts and divided once the counts are summed over ranks.
+RATES = {"wm/malformed_rate": ("wm/malformed_answers", "wm/answers")}
+MISSING = "ddp/missing_metrics"  # (rank, metric) pairs a rank lacked, under DDP only
+
+
+def combine_stats(ranks: Sequence[dict]) -> dict:
+    """One step's statistics from every rank's: `time/*` the slowest rank's, rates from the summed counts
+    (absent when no rank had a denominator), everything else a count summed over the ranks that have it.
+    A metric some rank lacks is never a crash: it is combined over the others and counted in MISSING."""
+    keys = list(dict.fromkeys(k for r in ranks for k in r))
+    parts = {k for pair in RATES.values() for k in pair}
+    out: dict = {}
+    for k in keys:
+        if k in parts:
+            continue
+        values = [r[k] for r in ranks if k in r]
+        out[k] = max(values) if k.startswith("time/") else sum(values)
+    for rate, (num, den) in RATES.items():
+        total = sum(r.get(den, 0) for r in ranks)
+        if total:
+            out[rate] = sum(r.get(num, 0) for r in ranks) / total
+    if len(ranks) > 1:
+        out[MISSING] = float(sum(k not in r for r in ranks for k in keys))
+    return out

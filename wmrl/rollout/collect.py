@@ -257,4 +257,4 @@ def _stats(t_gen: float, times: EnvTimes) -> dict[str, float]:
     return {"time/generation_s": t_gen, "time/env_real_s": times.real_s, "time/env_wm_s": times.wm_s,
             "cost/real_executions": times.executions, "cost/sandbox_slot_s": times.slot_s,
             "rollout/infra_errors": times.infra_errors,
-            **({"wm/malformed_rate": times.wm_malformed / times.wm_answers} if times.wm_answers else {})}
+            **({"wm/malformed_answers": times.wm_malformed, "wm/answers": times.wm_answers} if times.wm_answers else {})}
