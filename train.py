@@ -45,6 +45,7 @@ def main(argv: list[str]) -> int:
 
         print(OmegaConf.to_yaml(cfg), end="")
         return 0
+    from callbacks.checkpoint import ResumeError
     from wmrl.recipe import train
     from wmrl.stop import Stopped
 
@@ -53,6 +54,9 @@ def main(argv: list[str]) -> int:
     except Stopped as e:
         print(f"wmrl: {e}", file=sys.stderr)
         return e.code
+    except ResumeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -20,12 +20,13 @@ from pathlib import Path
 import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
 from torch.utils.data import DataLoader, IterableDataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from callbacks import AnchorBudgetCallback, CostCallback, DebiasCallback, DenoiseCallback, WorldModelCallback  # noqa: E402
+from callbacks.checkpoint import StepCheckpoint  # noqa: E402
 from wmrl.config import DebiasConfig, DenoiseConfig, EnvConfig, PolicyConfig, RLConfig, WorldModelConfig  # noqa: E402
 from wmrl.corrections import AnchorBudget, Debiaser  # noqa: E402
 from wmrl.module import WMRLModule  # noqa: E402
@@ -174,8 +175,7 @@ def main() -> None:
     budget = AnchorBudget.from_config(EnvConfig(adaptive_rate=True))
     recorder = Recorder()
     callbacks = [DebiasCallback(debiaser), denoise, WorldModelCallback(wm, Suite()), AnchorBudgetCallback(budget),
-                 CostCallback(), ModelCheckpoint(dirpath=Path(args.out) / "ckpt", save_last=True, save_top_k=0,
-                                                 every_n_train_steps=1)]
+                 CostCallback(), StepCheckpoint(Path(args.out) / "ckpt")]
     if args.stop_after:
         callbacks.append(StopAfter(args.stop_after))
     trainer = L.Trainer(accelerator="cpu", devices=args.devices, strategy="ddp" if args.devices > 1 else "auto",

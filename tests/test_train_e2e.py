@@ -222,6 +222,10 @@ def test_killed_run_resumes_to_the_same_end(tmp_path, session_cache):
 
     killed = summary_.summarize(load_run(ckpt.parent.parent))
     assert killed["status"] == "RUNNING" and killed_at <= killed["steps"] < 5
+    # Lightning's own key for the datamodule's state is Lightning's to rename: the resume must not depend on it
+    state = torch.load(ckpt, map_location="cpu", weights_only=False)
+    state["RolloutDataModule.renamed"] = state.pop("RolloutDataModule")
+    torch.save(state, ckpt)
 
     _run(tmp, session_cache, steps, "resume=last")
     run_dir = ckpt.parent.parent
@@ -238,3 +242,19 @@ def test_killed_run_resumes_to_the_same_end(tmp_path, session_cache):
     assert len(runs) == 1
     history = client.get_metric_history(runs[0].info.run_id, "time/step_s")
     assert sorted({m.step for m in history}) == [1, 2, 3, 4, 5]
+    from wmrl.sandbox import read_log
+
+    def train_rows(d):
+        return sorted((r["meta"]["step"], r["program"]) for r in read_log(d / "executions.sqlite") if r["meta"]["purpose"] == "train")
+
+    assert train_rows(run_dir) == train_rows(ref_dir)  # each execution logged once, as in the uninterrupted run
+
+    # a checkpoint without the project's rollout state cannot rewind the log: the resume refuses, changing nothing
+    state = torch.load(ckpt, map_location="cpu", weights_only=False)
+    del state["wmrl"]["rollout"]
+    torch.save(state, ckpt)
+    before = (run_dir / "executions.sqlite").read_bytes()
+    r = subprocess.run(_args(tmp, session_cache, "rl.steps=6", "resume=last"), cwd=tmp, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 1 and "holds no rollout state" in r.stderr, r.stderr[-3000:]
+    assert (run_dir / "executions.sqlite").read_bytes() == before

@@ -130,7 +130,7 @@ class WMRLModule(L.LightningModule):
                     acc[k] = acc.get(k, 0.0) + float(v.detach()) * len(chunk) / len(rows)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["wmrl"] = {"rl_step": self.rl_step}
+        checkpoint.setdefault("wmrl", {})["rl_step"] = self.rl_step  # beside what the callbacks keep there
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self.rl_step = checkpoint["wmrl"]["rl_step"]

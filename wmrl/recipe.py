@@ -208,8 +208,9 @@ def _sandbox_share(sandbox_cfg: DictConfig, world: int) -> DictConfig:
 
 def train(cfg: DictConfig, wrap_world_model: Callable[[WorldModel], WorldModel] | None = None) -> dict:
     """`wrap_world_model`: see `build`."""
-    from lightning.pytorch.callbacks import ModelCheckpoint
     from lightning.pytorch.loggers import MLFlowLogger
+
+    from callbacks.checkpoint import StepCheckpoint, rollout_state
 
     from callbacks.progress import StepProgressBar, arms
     from wmrl.report.data import TRACKING_URI_FILE, absolute_tracking_uri
@@ -225,6 +226,11 @@ def train(cfg: DictConfig, wrap_world_model: Callable[[WorldModel], WorldModel] 
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     if rank == 0:
         run_dir, ckpt_path = run_directory(cfg)
+        resumed = None  # (step, rollout state) of the checkpoint; read before anything is built, so one that
+        if ckpt_path is not None:  # cannot be resumed exactly stops the run here
+            ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+            resumed = ckpt["wmrl"]["rl_step"], rollout_state(ckpt, ckpt_path)
+            del ckpt
         OmegaConf.save(cfg, run_dir / ("config.yaml" if ckpt_path is None else "config.resumed.yaml"))
         # the processes Lightning starts for the other ranks inherit this environment: one run directory
         os.environ[distributed.RUN_ENV] = json.dumps({"run_dir": str(run_dir), "ckpt": ckpt_path})
@@ -235,8 +241,7 @@ def train(cfg: DictConfig, wrap_world_model: Callable[[WorldModel], WorldModel] 
     for task in suite.train_tasks() + suite.eval_tasks():  # build missing leaderboards now, not in a sandbox slot mid-step
         task.leaderboard()
     parts = build(cfg, run_dir, suite, wrap_world_model, progress=cfg.trainer.progress_bar, rank=rank, world=world)
-    checkpoint = ModelCheckpoint(dirpath=run_dir / "checkpoints", save_last=True, save_top_k=0,
-                                 every_n_train_steps=cfg.rl.updates_per_batch)
+    checkpoint = StepCheckpoint(run_dir / "checkpoints")
     bar = StepProgressBar(cfg.rl.steps, {"preset": cfg.name, "run_dir": run_dir, "arms": arms(cfg),
                                           "experiment": cfg.logger.experiment_name}, parts.cost,
                           parts.evaluation, enabled=cfg.trainer.progress_bar and rank == 0)
@@ -250,9 +255,7 @@ def train(cfg: DictConfig, wrap_world_model: Callable[[WorldModel], WorldModel] 
     run_id = None
     if ckpt_path is not None:
         run_id = run_id_file.read_text().strip()
-        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
-        data_state = ckpt.get(type(parts.data).__qualname__, {})  # where Lightning keeps the datamodule's state
-        rewind(run_dir / "executions.sqlite", ckpt["wmrl"]["rl_step"], Rollout.replayed(data_state))
+        rewind(run_dir / "executions.sqlite", resumed[0], Rollout.replayed(resumed[1]))
     logger = MLFlowLogger(experiment_name=cfg.logger.experiment_name, tracking_uri=cfg.logger.tracking_uri,
                           run_name=cfg.logger.run_name or run_dir.name, run_id=run_id, log_model=False,
                           tags={"mlflow.parentRunId": cfg.logger.parent_run_id} if cfg.logger.parent_run_id else None)
