@@ -78,7 +78,7 @@ def test_wrong_type_names_key_and_expected_type():
         load_config(["callbacks.debias.stratify_by=[color]"])
 
 
-@pytest.mark.parametrize("override", ["sandbox.backend=slurm", "env.anchor_selection=greedy"])
+@pytest.mark.parametrize("override", ["sandbox.backend=slurm", "env.anchor_selection=greedy", "sandbox.cgroups=sometimes"])
 def test_a_choice_that_is_not_implemented_is_rejected_before_anything_runs(override):
     with pytest.raises(ConfigError, match="must be one of"):
         load_config([override])

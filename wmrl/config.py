@@ -341,6 +341,7 @@ def load_config(overrides: list[str] | None = None, experiment: str | None = Non
 CHOICES = {
     "sandbox.backend": ("local", "ray"),
     "sandbox.isolation": ("auto", "bwrap", "unshare", "none"),
+    "sandbox.cgroups": ("auto", "require", "off"),
     "policy.arch": ("qwen2", "llama"),
     "generation.backend": ("hf", "vllm"),
     "world_model.kind": ("learned", "prompted"),
