@@ -252,3 +252,35 @@ def test_multiclass_probabilities_are_graded_per_class_column(tmp_path):
     assert out.status is Status.VALID and out.value == pytest.approx(0.0, abs=1e-6)
     uniform = task.judge(RawResult(Status.VALID, predictions=sample.to_csv(index=False).encode()), "test")
     assert uniform.value == pytest.approx(-np.log(3), abs=1e-6) and uniform.pos < out.pos
+
+
+def test_the_grader_survives_every_mutated_submission(loan):
+    """What a script writes reaches the host's grader as bytes: each mutation of a good submission (NUL bytes,
+    odd encodings, huge fields, quoting, extra columns, binary junk) is judged valid or no_valid_output, never
+    raises, and a judged reward is the ladder's."""
+    import random
+
+    ids = loan._ids
+    good = ("loan_id,default\n" + "\n".join(f"{i},0.5" for i in ids) + "\n").encode()
+    pieces = [b"\x00", b"\xff\xfe", b"\xef\xbb\xbf", b'"', b'""', b",", b"\n", b"\r\n", b"\r", b"nan", b"inf", b"-1e309",
+              b"1" * 5000, b"loan_id", b"default", b"\\", b"\t", "é".encode(), b"\x1a", b"1,2,3,4,5,6,7,8,9"]
+    rng = random.Random(0)
+    for k in range(600):
+        blob = bytearray(good)
+        for _ in range(rng.randint(1, 8)):
+            i = rng.randrange(len(blob) + 1)
+            op = rng.randrange(4)
+            if op == 0:
+                blob[i:i] = rng.choice(pieces)
+            elif op == 1:
+                del blob[i:i + rng.randint(1, 40)]
+            elif op == 2:
+                blob[i:i] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 30)))
+            else:
+                blob = blob[:i] + blob[i:i + 200] * rng.randint(1, 50) + blob[i:]
+        try:
+            out = loan.judge(RawResult(Status.VALID, predictions=bytes(blob)), "val")
+        except Exception as e:  # noqa: BLE001
+            raise AssertionError(f"mutation {k} raised {type(e).__name__}: {e}\n{bytes(blob)[:300]!r}") from None
+        assert out.status in (Status.VALID, Status.NO_VALID_OUTPUT)
+        assert out.reward == pytest.approx(0.2) or (out.status is Status.VALID and 0.5 <= out.reward <= 1.0)
