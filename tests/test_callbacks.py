@@ -278,3 +278,62 @@ def test_each_turn_is_corrected_in_its_own_class_before_the_max():
     batch = make_batch([traj(0, [0.6, 0.8], ["linear", "forest"])], 0, 8)
     cb.on_train_batch_start(trainer_stub([cb]), Recorder(), batch, 1)
     assert batch.reward[0].item() == pytest.approx(0.6, abs=1e-3)
+
+
+def test_a_checkpoint_is_written_after_every_step_even_one_whose_update_was_skipped(tmp_path):
+    """wmrl's module skips the optimizer step when every group is tied; Lightning's ModelCheckpoint counts
+    optimizer steps, so such a step wrote no checkpoint and a resume replayed it. StepCheckpoint writes after
+    every step, and keeps the datamodule's state under the project's key."""
+    import lightning.pytorch as pl
+    from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+
+    from callbacks.checkpoint import StepCheckpoint
+
+    class Skipping(pl.LightningModule):  # updates on odd steps only, as a run whose even steps are all tied
+        def __init__(self):
+            super().__init__()
+            self.automatic_optimization = False
+            self.w = torch.nn.Parameter(torch.zeros(1))
+            self.rl_step = 0
+
+        def training_step(self, batch, batch_idx):
+            self.rl_step += 1
+            if batch_idx % 2:
+                opt = self.optimizers()
+                opt.zero_grad()
+                self.manual_backward((self.w - 1).pow(2).sum())
+                opt.step()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        def on_save_checkpoint(self, checkpoint):
+            checkpoint.setdefault("wmrl", {})["rl_step"] = self.rl_step
+
+    class Data(pl.LightningDataModule):
+        def train_dataloader(self):
+            return DataLoader([torch.zeros(1)] * 4, batch_size=None)
+
+        def state_dict(self):
+            return {"seen": "state"}
+
+    class Seen(Callback):  # what last.ckpt holds at the end of each step, once the checkpoints are written
+        def __init__(self, path):
+            self.path, self.steps = path, []
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            self.steps.append(torch.load(self.path, weights_only=False)["wmrl"]["rl_step"] if self.path.exists() else None)
+
+    def run(checkpoint, folder):
+        seen = Seen(folder / "last.ckpt")
+        trainer = pl.Trainer(max_epochs=1, callbacks=[checkpoint, seen], logger=False, enable_progress_bar=False,
+                             enable_model_summary=False, default_root_dir=tmp_path)
+        trainer.fit(Skipping(), datamodule=Data())
+        return seen.steps, torch.load(folder / "last.ckpt", weights_only=False)
+
+    # Seen runs before the checkpoint callbacks (Lightning orders them last): it reads the previous step's file
+    ours, ckpt = run(StepCheckpoint(tmp_path / "ours"), tmp_path / "ours")
+    assert ours == [None, 1, 2, 3] and ckpt["wmrl"]["rl_step"] == 4 and ckpt["wmrl"]["rollout"] == {"seen": "state"}
+    lightning, _ = run(ModelCheckpoint(dirpath=tmp_path / "mc", save_last=True, save_top_k=0, every_n_train_steps=1),
+                       tmp_path / "mc")
+    assert lightning != ours  # the skipped steps left no checkpoint of their own

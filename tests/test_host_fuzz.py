@@ -104,3 +104,25 @@ def test_command_line_entry_points_named_by_a_program_never_run_on_the_host(tmp_
         decided_status(program)
         assert set(sys.modules) - before == set()
     assert not (tmp_path / "ran").exists()
+
+
+def test_the_catalog_is_built_in_a_child_process_and_matches_the_libraries(tmp_path, monkeypatch):
+    """Built where no cache exists (here a fresh one), by a child: the trainer's own modules are untouched, and
+    what it records is what the libraries hold."""
+    import sklearn.svm
+
+    from wmrl.world_model import catalog as catalog_module
+
+    monkeypatch.setenv("WMRL_CACHE", str(tmp_path))
+    catalog_module.catalog.cache_clear()
+    try:
+        before = set(sys.modules)
+        data = catalog_module.catalog()
+        assert set(sys.modules) - before == set()
+        assert catalog_module.cache_path().is_file() and catalog_module.cache_path().is_relative_to(tmp_path)
+    finally:
+        catalog_module.catalog.cache_clear()
+    svc = data["estimators"]["sklearn.svm:SVC"]
+    assert sorted(p[0] for p in svc["params"][1:]) == list(sklearn.svm.SVC().get_params())
+    assert "C" in svc["constraints"] and data["modules"]["sklearn.svm"]["package"]
+    assert "numpy.f2py.__main__" in data["modules"] and "names" not in data["modules"]["numpy.f2py.__main__"]

@@ -69,8 +69,10 @@ def catalog() -> dict:
         with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as f:
             tmp = Path(f.name)
         try:
+            package_root = str(Path(__file__).resolve().parents[2])  # wmrl importable in the child, installed or not
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
             subprocess.run([sys.executable, "-c", "import sys; from wmrl.world_model.catalog import main; sys.exit(main(sys.argv[1:]))",
-                            str(tmp)], check=True, timeout=BUILD_TIMEOUT_S,
+                            str(tmp)], check=True, timeout=BUILD_TIMEOUT_S, env=env,
                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                            cwd=tempfile.gettempdir())
             data = json.loads(tmp.read_text())
