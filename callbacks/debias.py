@@ -10,6 +10,7 @@ from lightning.pytorch.loggers import MLFlowLogger
 
 from wmrl import distributed
 from wmrl.corrections import Debiaser, aggregate_turns, best_turn, correct_turns, turn_pairs
+from wmrl.strata import stratum_keys
 from wmrl.rollout import RolloutBatch
 
 
@@ -70,14 +71,11 @@ class DebiasCallback(Callback):
 
     def turn_keys(self, batch: RolloutBatch) -> list[list[tuple]] | None:
         """Each turn's stratum key [N][K]; None for one global fit."""
-        by = self.debiaser.stratify_by
-        if not by:
+        if not self.debiaser.stratify_by:
             return None
-        missing = [k for k in by if k not in batch.turn_strata]
-        if missing:
-            raise KeyError(f"debias.stratify_by needs strata {missing}; the batch has {sorted(batch.turn_strata)}")
-        cols = [batch.turn_strata[k] for k in by]
-        return [[tuple(col[i][t] for col in cols) for t in range(len(cols[0][i]))] for i in range(len(batch))]
+        by, strata = self.debiaser.stratify_by, batch.turn_strata
+        stratum_keys(strata, by)  # a missing column raises here, with an empty batch too
+        return [stratum_keys({k: strata[k][i] for k in by}, by) for i in range(len(batch))]
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self.save_table(trainer)

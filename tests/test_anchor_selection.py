@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 
 from wmrl.corrections import Debiaser
-from wmrl.corrections.anchors import (adaptive_anchor_rate, anchor_fidelity, anchor_scores, inclusion_probabilities,
+from wmrl.fidelity import fidelity
+from wmrl.corrections.anchors import (adaptive_anchor_rate, anchor_scores, inclusion_probabilities,
                                       select_anchors)
 
 
@@ -66,9 +67,9 @@ def test_ipw_keeps_the_fit_unbiased_on_uncertainty_chosen_anchors(method):
 
 def test_fidelity_measures():
     real = np.linspace(0, 1, 50)
-    f = anchor_fidelity(real + 0.1, real, wm_std=np.full(50, 0.1))
+    f = fidelity(real + 0.1, real, np.full(50, 0.1), z=1.96, min_pairs=3)
     assert f["spearman"] == pytest.approx(1.0) and f["mae"] == pytest.approx(0.1) and f["coverage"] == 1.0
-    assert np.isnan(anchor_fidelity(real[:2], real[:2])["mae"])
+    assert np.isnan(fidelity(real[:2], real[:2], min_pairs=3)["mae"])
 
 
 def test_adaptive_rate_is_bounded_and_falls_as_the_world_model_improves():
@@ -90,6 +91,6 @@ def test_adaptive_rate_is_bounded_and_falls_as_the_world_model_improves():
 def test_adaptive_rate_from_real_anchor_windows():
     rng = np.random.default_rng(1)
     real = rng.uniform(0, 1, 64)
-    weak = anchor_fidelity(rng.uniform(0, 1, 64), real, np.full(64, 0.05))
-    good = anchor_fidelity(real + rng.normal(0, 0.03, 64), real, np.full(64, 0.05))
+    weak = fidelity(rng.uniform(0, 1, 64), real, np.full(64, 0.05), z=1.96)
+    good = fidelity(real + rng.normal(0, 0.03, 64), real, np.full(64, 0.05), z=1.96)
     assert adaptive_anchor_rate(good, 0.05, 0.5) < 0.15 < 0.45 < adaptive_anchor_rate(weak, 0.05, 0.5)

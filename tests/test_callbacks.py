@@ -109,10 +109,10 @@ def test_debias_learns_from_the_batch_anchor_pairs_before_correcting():
 def test_the_callbacks_debiaser_corrects_scores_shown_elsewhere_and_names_missing_strata():
     debiaser = warmed_debias("offset").debiaser  # what the environment is handed for observations
     scores = [0.9, 0.6]
-    out = debiaser.correct(scores, debiaser.keys_of({"action_class": ["forest", "linear"]}, 2))
+    out = debiaser.correct(scores, debiaser.keys_of({"action_class": ["forest", "linear"]}))
     assert out[0] < 0.9 - 0.25 and abs(out[1] - 0.6) < 0.05
     with pytest.raises(KeyError, match="action_class"):
-        debiaser.keys_of({"task": ["iris", "iris"]}, 2)
+        debiaser.keys_of({"task": ["iris", "iris"]})
 
 
 def test_denoise_inverse_variance_sets_weights():

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from wmrl.corrections import (Debiaser, IsotonicMap, OffsetRectifier, aggregate_turns, anchor_upweight_weights,
-                              best_turn, correct_turns, crossfit_calibration, fit_isotonic, inverse_variance_weights,
-                              turn_pairs, weight_share, within_group_residual_s2)
+                              best_turn, correct_turns, fit_isotonic, inverse_variance_weights,
+                              turn_pairs, within_group_residual_s2)
 from wmrl.corrections.isotonic import apply_isotonic
 from wmrl.rl import group_advantages, group_reward_std
 
@@ -367,6 +367,33 @@ def test_tied_groups_keep_weight_one_and_do_not_shift_the_normalisation():
     assert torch.equal(w[:3], torch.ones(3))
     assert w[3:].mean().item() == pytest.approx(1.0, abs=0.2) and w[5] == pytest.approx(0.2)  # NaN: least trusted
     assert w[3] > w[4] > w[5]
+
+
+# measures of the tests below (not used in training)
+def weight_share(weight: torch.Tensor, rows: torch.Tensor, advantages: torch.Tensor | None = None) -> float:
+    """Share of the policy gradient's magnitude carried by `rows`: Σ_rows w|A| / Σ w|A| (|A| = 1 if not given)."""
+    mass = weight.double() * (1.0 if advantages is None else advantages.double().abs())
+    total = float(mass.sum())
+    return float(mass[rows.bool()].sum()) / total if total > 0 else float("nan")
+
+
+def crossfit_calibration(wm: np.ndarray, real: np.ndarray, group_ids: np.ndarray, folds: int = 5,
+                         sample_weight: np.ndarray | None = None) -> np.ndarray:
+    """Calibrated scores f_{-k}(r̂_i), each from an isotonic map fitted without i's fold of groups.
+
+    Folds are made of whole groups, so a group's within-group residual is measured by a map that
+    never saw any of its pairs. Feed the result to `within_group_residual_s2` for a cross-fitted s².
+    """
+    wm, real = np.asarray(wm, float), np.asarray(real, float)
+    _, g = np.unique(np.asarray(group_ids), return_inverse=True)
+    k = int(min(max(2, folds), g.max() + 1))
+    fold = g % k
+    sw = np.ones(len(wm)) if sample_weight is None else np.asarray(sample_weight, float)
+    out = np.empty(len(wm))
+    for f in range(k):
+        test = fold == f
+        out[test] = apply_isotonic(fit_isotonic(wm[~test], real[~test], sw[~test]), wm[test])
+    return out
 
 
 def _batch_with_anchor_groups(wm_var, n_groups=8, size=8, anchor_groups=2, seed=17):

@@ -150,7 +150,7 @@ class Environment:
             j.wm_status = predicted.status.value
             if self.correction is not None and predicted.status is Status.VALID:
                 strata = {"task": [item.task], "action_class": [item.action_class], "status": [j.wm_status]}
-                shown = float(self.correction.correct([j.wm_reward], self.correction.keys_of(strata, 1))[0])
+                shown = float(self.correction.correct([j.wm_reward], self.correction.keys_of(strata))[0])
                 predicted.pos = min(1.0, max(0.0, (shown - 0.5) * 2.0))
                 value = self.wm.value_at(item.task, predicted.pos)  # the metric value matching the shown position
                 predicted.value = None if math.isnan(value) else value

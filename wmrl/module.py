@@ -146,11 +146,3 @@ def _means_over_ranks(columns: dict[str, torch.Tensor]) -> dict[str, float]:
         out[k] = total / n if n else math.nan
     return out
 
-
-def _mean(x: torch.Tensor) -> float:
-    return float(x.float().mean()) if x.numel() else math.nan
-
-
-def _nanmean(x: torch.Tensor) -> float:
-    x = x[~torch.isnan(x)]
-    return _mean(x)

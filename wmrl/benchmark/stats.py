@@ -13,6 +13,8 @@ import statistics
 from collections import defaultdict
 from typing import Iterable, Sequence
 
+from wmrl.strata import stratum_keys
+
 BASELINE = "sandbox_rl"
 
 
@@ -286,10 +288,10 @@ def config_drift(params: dict[str, dict[str, str]], arm_keys: Sequence[str] = AR
 def stratum_table(pairs: Iterable[dict], keys: Sequence[str] = ("task", "action_class")) -> list[dict]:
     """World model against real execution per stratum, from anchor pairs (one dict per anchored program
     with wm_reward and real_reward): n, bias = mean(wm - real), spread = std(wm - real), mean WM std."""
+    kept = [p for p in pairs if _finite(p.get("wm_reward")) and _finite(p.get("real_reward"))]
     groups: dict[tuple, list[dict]] = defaultdict(list)
-    for p in pairs:
-        if _finite(p.get("wm_reward")) and _finite(p.get("real_reward")):
-            groups[tuple(p.get(k, "") for k in keys)].append(p)
+    for key, p in zip(stratum_keys({k: [p.get(k, "") for p in kept] for k in keys}, keys) or [], kept):
+        groups[key].append(p)
     out = []
     for key in sorted(groups):
         ps = groups[key]

@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.stats import spearmanr
 
 from wmrl.config import EnvConfig  # defaults live in the schema
 
@@ -84,21 +83,6 @@ def select_anchors(score: np.ndarray, rate: float, rng: np.random.Generator,
     chosen = np.zeros(n, dtype=bool)
     chosen[order[hits]] = True
     return chosen, pi
-
-
-def anchor_fidelity(wm: np.ndarray, real: np.ndarray, wm_std: np.ndarray | None = None, z: float = 1.96) -> dict:
-    """How well the WM (corrected) scores agree with real ones on recent anchor pairs: Spearman ρ,
-    MAE, and coverage of the interval wm ± z·wm_std (NaN without stds or with < 3 pairs)."""
-    wm, real = np.asarray(wm, float), np.asarray(real, float)
-    out = {"pairs": len(wm), "spearman": math.nan, "mae": math.nan, "coverage": math.nan}
-    if len(wm) < 3:
-        return out
-    out["mae"] = float(np.mean(np.abs(wm - real)))
-    if np.ptp(wm) > 0 and np.ptp(real) > 0:
-        out["spearman"] = float(spearmanr(wm, real).statistic)
-    if wm_std is not None:
-        out["coverage"] = float(np.mean(np.abs(real - wm) <= z * np.asarray(wm_std, float)))
-    return out
 
 
 def adaptive_anchor_rate(fidelity: dict, rate_min: float, rate_max: float, mae_scale: float = 0.2,

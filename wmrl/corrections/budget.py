@@ -8,8 +8,9 @@ from collections import deque
 
 import numpy as np
 
-from wmrl.corrections.anchors import adaptive_anchor_rate, anchor_fidelity, anchor_scores, select_anchors
+from wmrl.corrections.anchors import adaptive_anchor_rate, anchor_scores, select_anchors
 from wmrl.corrections.guard import RewardHackingGuard
+from wmrl.fidelity import fidelity
 
 
 class AnchorBudget:
@@ -54,7 +55,8 @@ class AnchorBudget:
         out: dict[str, float] = {}
         if self.recent:
             w, r, s = (np.array(c) for c in zip(*self.recent))
-            fid = anchor_fidelity(w, r, s)
+            # coverage at 1.96σ: the adaptive rate compares it with a nominal 95 %
+            fid = fidelity(w, r, s, z=1.96, min_pairs=3)
             out.update({f"env/recent_{k}": float(v) for k, v in fid.items()})
             if self.adaptive:
                 self.rate = adaptive_anchor_rate(fid, self.rate_min, self.rate_max)

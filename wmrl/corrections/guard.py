@@ -13,6 +13,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from wmrl.config import EnvConfig  # defaults live in the schema
+from wmrl.corrections.decayed import DecayedMoments
 
 
 class RewardHackingGuard:
@@ -31,8 +32,7 @@ class RewardHackingGuard:
     def __init__(self, threshold: float = EnvConfig.guard_threshold, half_life: float = EnvConfig.guard_half_life,
                  z: float = 1.96, min_pairs: int = 8):
         self.threshold, self.half_life, self.z, self.min_pairs = threshold, half_life, z, min_pairs
-        self.decay = 0.5 ** (1.0 / half_life) if math.isfinite(half_life) else 1.0
-        self.stats: dict[str, list[float]] = {}  # class -> [Σw, Σw·d, Σw·d², Σw², pairs]
+        self.stats: dict[str, DecayedMoments] = {}  # class -> its gaps' running moments
         self.flagged: set[str] = set()
 
     def update(self, classes: Sequence[str], wm: np.ndarray, real: np.ndarray) -> set[str]:
@@ -40,17 +40,10 @@ class RewardHackingGuard:
         gap = np.asarray(wm, float) - np.asarray(real, float)
         classes = [str(c) for c in classes]
         for cls in dict.fromkeys(classes):
-            d = gap[[c == cls for c in classes]]
-            age_w = self.decay ** np.arange(len(d))[::-1]
-            keep = self.decay ** len(d)
-            s = self.stats.setdefault(cls, [0.0, 0.0, 0.0, 0.0, 0.0])
-            s[0] = keep * s[0] + float(age_w.sum())
-            s[1] = keep * s[1] + float((age_w * d).sum())
-            s[2] = keep * s[2] + float((age_w * d**2).sum())
-            s[3] = keep**2 * s[3] + float((age_w**2).sum())
-            s[4] += len(d)
+            s = self.stats.setdefault(cls, DecayedMoments(self.half_life))
+            s.update(gap[[c == cls for c in classes]])
             _, lo, hi = self.interval(cls)
-            if cls not in self.flagged and s[4] >= self.min_pairs and lo > self.threshold:
+            if cls not in self.flagged and s.count >= self.min_pairs and lo > self.threshold:
                 self.flagged.add(cls)
             elif cls in self.flagged and hi < self.threshold:
                 self.flagged.discard(cls)
@@ -60,14 +53,12 @@ class RewardHackingGuard:
         """(gap, lower, upper) of the class's running WM − real gap; NaNs for a class never seen,
         an infinite interval below 2 effective pairs."""
         s = self.stats.get(str(cls))
-        if s is None or s[0] <= 0:
+        if s is None or s.total <= 0:
             return math.nan, math.nan, math.nan
-        mean = s[1] / s[0]
-        n_eff = s[0] ** 2 / s[3]
+        mean, n_eff = s.mean(), s.n_eff
         if n_eff < 2:
             return mean, -math.inf, math.inf
-        var = max(s[2] / s[0] - mean**2, 0.0) * n_eff / (n_eff - 1.0)
-        half = self.z * math.sqrt(var / n_eff)
+        half = self.z * math.sqrt(s.variance(n_eff) / n_eff)
         return mean, mean - half, mean + half
 
     def route_real(self, classes: Iterable[str]) -> np.ndarray:
@@ -83,8 +74,11 @@ class RewardHackingGuard:
         return out
 
     def state_dict(self) -> dict:
-        return {"stats": {c: list(s) for c, s in self.stats.items()}, "flagged": sorted(self.flagged)}
+        return {"stats": {c: s.state_dict() for c, s in self.stats.items()}, "flagged": sorted(self.flagged)}
 
     def load_state_dict(self, state: dict) -> None:
-        self.stats = {str(c): [float(v) for v in s] for c, s in state["stats"].items()}
+        self.stats = {}
+        for c, s in state["stats"].items():
+            self.stats[str(c)] = DecayedMoments(self.half_life)
+            self.stats[str(c)].load_state_dict(s)
         self.flagged = set(state["flagged"])

@@ -137,8 +137,8 @@ class IsotonicMap:
     def load_state_dict(self, state: dict) -> None:
         self.wm.clear(), self.real.clear(), self.weight.clear()
         self.wm.extend(state["wm"]), self.real.extend(state["real"])
-        self.weight.extend(state.get("weight", [1.0] * len(state["wm"])))  # checkpoints before sample weights
+        self.weight.extend(state["weight"])
         self.new_pairs, self.n = int(state["new_pairs"]), int(state["n"])
         self.knots = None if state["knots"] is None else (list(state["knots"][0]), list(state["knots"][1]))
-        table = state.get("var_table")
+        table = state["var_table"]
         self.var_table = None if table is None else (list(table[0]), list(table[1]))

@@ -1,11 +1,10 @@
 """A prediction-powered rectifier: subtract the WM's recent mean error measured on anchors."""
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from wmrl.config import DebiasConfig  # defaults live in the schema
+from wmrl.corrections.decayed import DecayedMoments
 
 
 class OffsetRectifier:
@@ -19,24 +18,17 @@ class OffsetRectifier:
     """
 
     def __init__(self, half_life: float = DebiasConfig.half_life):
-        self.decay = 0.5 ** (1.0 / half_life) if math.isfinite(half_life) else 1.0
-        self.weighted_sum = 0.0  # Σ λ^age v (r̂ − r)
-        self.weighted_sq = 0.0  # Σ λ^age v (r̂ − r)²
-        self.weight_total = 0.0  # Σ λ^age v
-        self.n = 0.0  # Σ λ^age
+        self.errors = DecayedMoments(half_life)  # of (r̂ − r), weighted v
+
+    @property
+    def n(self) -> float:
+        return self.errors.n
 
     def update(self, wm: np.ndarray, real: np.ndarray, sample_weight: np.ndarray | None = None) -> None:
-        err = np.asarray(wm, float) - np.asarray(real, float)
-        v = np.ones(len(err)) if sample_weight is None else np.asarray(sample_weight, float)
-        age_w = self.decay ** np.arange(len(err))[::-1]  # the last pair of the batch is the newest
-        keep = self.decay ** len(err)
-        self.weighted_sum = keep * self.weighted_sum + float(np.sum(age_w * v * err))
-        self.weighted_sq = keep * self.weighted_sq + float(np.sum(age_w * v * err**2))
-        self.weight_total = keep * self.weight_total + float(np.sum(age_w * v))
-        self.n = keep * self.n + float(np.sum(age_w))
+        self.errors.update(np.asarray(wm, float) - np.asarray(real, float), sample_weight)
 
     def bias(self) -> float:
-        return self.weighted_sum / self.weight_total if self.weight_total > 0 else 0.0
+        return self.errors.mean()
 
     def correct(self, wm: np.ndarray) -> np.ndarray:
         return np.asarray(wm, float) - self.bias()
@@ -45,16 +37,12 @@ class OffsetRectifier:
         """Var[r | r̂] after the shift: the weighted variance of (r̂ − r), times n/(n − 1) so that it is
         not the in-sample (too small) one; the same everywhere (an offset has no regions); NaN below 2 pairs."""
         shape = np.shape(wm)
-        if self.n < 2 or self.weight_total <= 0:
+        if self.n < 2 or self.errors.total <= 0:
             return np.full(shape, np.nan)
-        var = max(self.weighted_sq / self.weight_total - self.bias() ** 2, 0.0) * self.n / (self.n - 1.0)
-        return np.full(shape, var)
+        return np.full(shape, self.errors.variance(self.n))
 
     def state_dict(self) -> dict:
-        return {"weighted_sum": self.weighted_sum, "weighted_sq": self.weighted_sq,
-                "weight_total": self.weight_total, "n": self.n}
+        return self.errors.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
-        self.weighted_sum, self.n = float(state["weighted_sum"]), float(state["n"])
-        self.weighted_sq = float(state.get("weighted_sq", 0.0))  # absent in checkpoints before variances
-        self.weight_total = float(state.get("weight_total", self.n))
+        self.errors.load_state_dict(state)

@@ -18,9 +18,9 @@ import numpy as np
 from wmrl.config import DebiasConfig  # defaults live in the schema
 from wmrl.corrections.isotonic import IsotonicMap
 from wmrl.corrections.offset import OffsetRectifier
+from wmrl.strata import Key, stratum_keys
 
 METHODS = ("isotonic", "offset")
-Key = tuple  # a stratum: the values of the `stratify_by` keys, e.g. ("forest",)
 
 
 class Debiaser:
@@ -54,14 +54,9 @@ class Debiaser:
             return IsotonicMap(min_pairs, self.refit_every, self.buffer_size)
         return OffsetRectifier(self.half_life)
 
-    def keys_of(self, strata: Mapping[str, Sequence[str]], n: int) -> list[Key] | None:
-        """Each of n rows' stratum, from per-row columns such as a batch's `strata`; None for one global fit."""
-        if not self.stratify_by:
-            return None
-        missing = [k for k in self.stratify_by if k not in strata]
-        if missing:
-            raise KeyError(f"debias.stratify_by needs strata {missing}; the batch has {sorted(strata)}")
-        return [tuple(strata[k][i] for k in self.stratify_by) for i in range(n)]
+    def keys_of(self, strata: Mapping[str, Sequence[str]]) -> list[Key] | None:
+        """Each row's stratum, from per-row columns such as a batch's `strata`; None for one global fit."""
+        return stratum_keys(strata, self.stratify_by)
 
     def _keys(self, strata_keys: Sequence[Key] | None, n: int) -> list[Key]:
         if not self.stratify_by or strata_keys is None:

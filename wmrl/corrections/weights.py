@@ -3,10 +3,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-import numpy as np
 import torch
-
-from wmrl.corrections.isotonic import apply_isotonic, fit_isotonic
 
 
 def inverse_variance_weights(var: torch.Tensor, is_real: torch.Tensor, sigma_floor: float, w_min: float,
@@ -57,32 +54,6 @@ def inverse_variance_weights(var: torch.Tensor, is_real: torch.Tensor, sigma_flo
     return torch.where(valid, w, torch.zeros_like(w))
 
 
-def weight_share(weight: torch.Tensor, rows: torch.Tensor, advantages: torch.Tensor | None = None) -> float:
-    """Share of the policy gradient's magnitude carried by `rows`: Σ_rows w|A| / Σ w|A| (|A| = 1 if not given)."""
-    mass = weight.double() * (1.0 if advantages is None else advantages.double().abs())
-    total = float(mass.sum())
-    return float(mass[rows.bool()].sum()) / total if total > 0 else float("nan")
-
-
-def crossfit_calibration(wm: np.ndarray, real: np.ndarray, group_ids: np.ndarray, folds: int = 5,
-                         sample_weight: np.ndarray | None = None) -> np.ndarray:
-    """Calibrated scores f_{-k}(r̂_i), each from an isotonic map fitted without i's fold of groups.
-
-    Folds are made of whole groups, so a group's within-group residual is measured by a map that
-    never saw any of its pairs. Feed the result to `within_group_residual_s2` for a cross-fitted s².
-    """
-    wm, real = np.asarray(wm, float), np.asarray(real, float)
-    _, g = np.unique(np.asarray(group_ids), return_inverse=True)
-    k = int(min(max(2, folds), g.max() + 1))
-    fold = g % k
-    sw = np.ones(len(wm)) if sample_weight is None else np.asarray(sample_weight, float)
-    out = np.empty(len(wm))
-    for f in range(k):
-        test = fold == f
-        out[test] = apply_isotonic(fit_isotonic(wm[~test], real[~test], sw[~test]), wm[test])
-    return out
-
-
 def within_group_residual_s2(calibrated: torch.Tensor, real: torch.Tensor, group_ids: torch.Tensor) -> float | None:
     """s² = Σ ((r̃ − mean_g r̃) − (r − mean_g r))² / Σ (r − mean_g r)² over rows with both scores.
 
@@ -90,7 +61,7 @@ def within_group_residual_s2(calibrated: torch.Tensor, real: torch.Tensor, group
     removing each group's mean, relative to the real scores' own within-group variance.
     r̃ must come from a map fitted WITHOUT these pairs, else s² is the fit's training error (too
     small): the pre-update residuals of `Debiaser.update` (r̃ = real + after, "fit before these
-    pairs") or `crossfit_calibration` (K-fold by group).
+    pairs") or a K-fold fit by group.
     None when the real scores do not vary inside any group (nothing to normalise by).
     """
     _, g = torch.unique(group_ids, return_inverse=True)

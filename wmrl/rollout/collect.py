@@ -185,7 +185,7 @@ class Rollout:
                 raise ValueError(f"the checkpoint was written by {len(by_rank)} processes; resume it with as many")
             self.anchors.load_state_dict(by_rank[self.rank])
         else:
-            self.anchors.load_state_dict(state.get("pending_anchors"))
+            self.anchors.load_state_dict(state["pending_anchors"])
 
 
 @dataclass
@@ -246,10 +246,9 @@ class BackgroundAnchors:
         return [{"step": s.step, "split": s.split, "trajectories": [t.to_dict() for t in s.trajectories]}
                 for s in self.submissions]
 
-    def load_state_dict(self, state: list[dict] | dict | None) -> None:
-        """`state`: a `state_dict`; a checkpoint written before several steps could be in flight holds one dict."""
+    def load_state_dict(self, state: list[dict] | None) -> None:
         self.submissions = []
-        for d in [state] if isinstance(state, dict) else state or []:
+        for d in state or []:
             self.submit(d["step"], d["split"], [Trajectory.from_dict(t) for t in d["trajectories"]])
 
 

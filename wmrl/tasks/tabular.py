@@ -140,14 +140,6 @@ def frame_digest(h, df: "pd.DataFrame") -> None:
     h.update(pd.util.hash_pandas_object(df, index=False).to_numpy().tobytes())
 
 
-def to_parquet_bytes(df: "pd.DataFrame") -> bytes:
-    import io
-
-    buf = io.BytesIO()
-    df.to_parquet(buf, index=False)
-    return buf.getvalue()
-
-
 def summary(X: "pd.DataFrame", limit: int = 12) -> str:
     """Columns as `name:dtype` with the share missing, for prompts: what a program can rely on."""
     parts = []

@@ -10,9 +10,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence, runtime_checkable
 
+import numpy as np
 import torch
 
-from wmrl.outcome import LADDER, PREDICTED_STATUSES, Outcome, Status, render_observation
+from collections import deque
+
+from wmrl.outcome import LADDER, PREDICTED_STATUSES, Outcome, Status, error_line, render_observation
+from wmrl.sandbox.program import interface_of
+from wmrl.world_model.static import decided_status
 
 N_STATUS = len(PREDICTED_STATUSES)
 VALID_INDEX = PREDICTED_STATUSES.index(Status.VALID)
@@ -126,3 +131,56 @@ def prechecked_prediction(status: Status) -> tuple[torch.Tensor, float]:
     probs = torch.zeros(N_STATUS)
     probs[PREDICTED_STATUSES.index(status)] = 1.0
     return probs, LADDER[status]
+
+
+def precheck_queries(queries: Sequence[WMQuery]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[str]]:
+    """The deterministic checks over a batch, before any model is asked: (status probabilities [B, S], exact
+    reward [B], decided [B] bool, error line per query). Undecided rows are zeros, False and ""."""
+    b = len(queries)
+    probs, reward = torch.zeros(b, N_STATUS), torch.zeros(b)
+    decided, errors = torch.zeros(b, dtype=torch.bool), [""] * b
+    for i, q in enumerate(queries):
+        status, detail = decided_status(q.program, interface_of(q.descriptor))  # syntax, malformed, names, imports
+        if status is not None:  # exact, zero variance
+            probs[i], reward[i] = prechecked_prediction(status)
+            decided[i], errors[i] = True, error_line(detail)
+    return probs, reward, decided, errors
+
+
+VALUE_POINTS = 256  # (pos, value) pairs kept per task to show a predicted position as a metric value
+
+
+class ValueTable:
+    """Per task, the metric's name and recent (leaderboard position, metric value) points of real valid
+    executions: what turns a predicted position into a metric value shown to the agent. Both world
+    models keep one."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, deque] = {}
+        self.metric_names: dict[str, str] = {}
+
+    def learn(self, q: WMQuery, o: Outcome) -> None:
+        if o.metric:
+            self.metric_names[q.task] = o.metric
+        if o.status is Status.VALID and o.value is not None and o.pos is not None and math.isfinite(o.value):
+            self.values.setdefault(q.task, deque(maxlen=VALUE_POINTS)).append((float(o.pos), float(o.value)))
+
+    def value_at(self, task: str, pos: float) -> float:
+        """Metric value at a leaderboard position, interpolated from this task's real executions; NaN without."""
+        points = self.values.get(task)
+        if not points:
+            return math.nan
+        arr = np.array(sorted(points))
+        return float(np.interp(pos, arr[:, 0], arr[:, 1]))
+
+    def shown(self, queries: Sequence[WMQuery], pos_mean: torch.Tensor) -> tuple[list[str], torch.Tensor]:
+        """Each query's metric name and the metric value at its predicted position."""
+        metrics = [q.metric or self.metric_names.get(q.task, "") for q in queries]
+        return metrics, torch.tensor([self.value_at(q.task, float(pos_mean[i])) for i, q in enumerate(queries)])
+
+    def state_dict(self) -> dict:
+        return {"values": {k: [list(p) for p in v] for k, v in self.values.items()}, "metric_names": dict(self.metric_names)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.values = {k: deque((tuple(p) for p in v), maxlen=VALUE_POINTS) for k, v in state["values"].items()}
+        self.metric_names = dict(state["metric_names"])

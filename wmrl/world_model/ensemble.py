@@ -9,11 +9,10 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections import Counter, OrderedDict, deque
+from collections import Counter, OrderedDict
 from dataclasses import asdict, fields
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -21,16 +20,15 @@ from wmrl.config import Config, WorldModelConfig
 from wmrl.outcome import PREDICTED_STATUSES, Outcome, Status, error_line
 from wmrl.tasks.action import action_class
 from wmrl.sandbox.program import interface_of
-from wmrl.world_model.base import (N_STATUS, VALID_INDEX, WMPrediction, WMQuery, prechecked_prediction,
+from wmrl.world_model.base import (N_STATUS, VALID_INDEX, ValueTable, WMPrediction, WMQuery, precheck_queries,
                                    reward_moments)
 from wmrl.world_model.model import EnsembleEncoder
-from wmrl.world_model.static import decided_status, value_at_position
+from wmrl.world_model.static import decided_status
 from wmrl.world_model.tokenizer import PAD, chunk, load_tokenizer
 
 DESCRIPTOR_TOKENS = 48  # tokens of the task descriptor (averaged into one position)
 PROGRAM_TOKENS = 384  # tokens of the program kept (its beginning)
 HISTORY_TOKENS = 128  # tokens of the history kept (its end)
-VALUE_POINTS = 256  # (pos, value) pairs kept per task to turn a predicted pos into a metric value
 ERROR_LINES = 32  # error lines kept per (status, action class)
 MEMORY_VAR = 1e-4  # reward variance of a remembered outcome: executions are seeded, only timing varies
 
@@ -106,8 +104,7 @@ class LearnedEnsembleWM:
             "boot": torch.zeros(r, m),  # Poisson(1) bootstrap weight of each example per member
         }
         self.replay_count = 0  # examples ever added; the ring position is count % replay_size
-        self.values: dict[str, deque] = {}  # task -> recent (pos, value) of valid executions
-        self.metric_names: dict[str, str] = {}
+        self.table = ValueTable()  # task -> its metric's name and recent (pos, value) of valid executions
         # exact outcomes of programs already executed, per task: a program seen again is predicted from
         # memory (executions are seeded, so the same program on the same data does the same thing)
         self.memory: OrderedDict[tuple[str, str], tuple[int, float, float, str]] = OrderedDict()
@@ -175,16 +172,8 @@ class LearnedEnsembleWM:
 
     def predict(self, queries: list[WMQuery]) -> WMPrediction:
         b = len(queries)
-        probs = torch.zeros(b, N_STATUS)
-        pos_mean, pos_std = torch.zeros(b), torch.zeros(b)
-        reward_mean, reward_var = torch.zeros(b), torch.zeros(b)
-        decided = torch.zeros(b, dtype=torch.bool)
-        errors = [""] * b
-        for i, q in enumerate(queries):
-            status, detail = decided_status(q.program, interface_of(q.descriptor))  # syntax, malformed, undefined names, bad imports
-            if status is not None:  # syntax error / malformed / certain runtime error: exact, zero variance
-                probs[i], reward_mean[i] = prechecked_prediction(status)
-                decided[i], errors[i] = True, error_line(detail)
+        probs, reward_mean, decided, errors = precheck_queries(queries)
+        pos_mean, pos_std, reward_var = torch.zeros(b), torch.zeros(b), torch.zeros(b)
         prechecked = decided.clone()
         for i, q in enumerate(queries):
             hit = None if decided[i] else self.memory.get((q.task, q.program.strip()))
@@ -205,8 +194,7 @@ class LearnedEnsembleWM:
             reward_var[rest] = out["reward_var"].mean(0) + spread(out["reward_mean"])
         for i in rest:
             errors[i] = self.likely_error(PREDICTED_STATUSES[int(probs[i].argmax())], queries[i].program)
-        metrics = [q.metric or self.metric_names.get(q.task, "") for q in queries]
-        value = torch.tensor([self.value_at(q.task, float(pos_mean[i])) for i, q in enumerate(queries)])
+        metrics, value = self.table.shown(queries, pos_mean)
         return WMPrediction(status_probs=probs, pos_mean=pos_mean, pos_std=pos_std, reward_mean=reward_mean,
                             reward_var=reward_var, value_mean=value, tasks=[q.task for q in queries],
                             metrics=metrics, prechecked=prechecked, errors=errors)
@@ -220,7 +208,7 @@ class LearnedEnsembleWM:
 
     def value_at(self, task: str, pos: float) -> float:
         """Metric value at a leaderboard position, interpolated from this task's real executions."""
-        return value_at_position(self.values.get(task), pos)
+        return self.table.value_at(task, pos)
 
     # ---- learning -------------------------------------------------------------------------
     @staticmethod
@@ -250,8 +238,7 @@ class LearnedEnsembleWM:
 
     def _remember(self, examples: list[tuple[WMQuery, Outcome]]) -> None:
         for q, o in examples:
-            if o.metric:
-                self.metric_names[q.task] = o.metric
+            self.table.learn(q, o)
             if o.status in PREDICTED_STATUSES and math.isfinite(o.reward):
                 key = (q.task, q.program.strip())
                 self.memory[key] = (PREDICTED_STATUSES.index(o.status), float(o.pos or 0.0), float(o.reward),
@@ -266,8 +253,6 @@ class LearnedEnsembleWM:
                     seen[line] += 1
                     if len(seen) > ERROR_LINES:  # bounded: forget the rarest
                         del seen[min(seen, key=seen.get)]
-            if o.status is Status.VALID and o.value is not None and o.pos is not None and math.isfinite(o.value):
-                self.values.setdefault(q.task, deque(maxlen=VALUE_POINTS)).append((float(o.pos), float(o.value)))
 
     def add(self, examples: list[tuple[WMQuery, Outcome]]) -> int:
         """Add real executions to the bounded replay (oldest dropped first); returns how many were kept."""
@@ -356,8 +341,7 @@ class LearnedEnsembleWM:
             "optimizer": self.optimizer.state_dict(),
             "replay": {k: v.clone() for k, v in self.replay.items()},
             "replay_count": self.replay_count,
-            "values": {k: [list(p) for p in v] for k, v in self.values.items()},
-            "metric_names": dict(self.metric_names),
+            **self.table.state_dict(),
             "memory": [[t, p, *v] for (t, p), v in self.memory.items()],
             "errors": [[s_, c, dict(cnt)] for (s_, c), cnt in self.errors.items()],
             "updates": self.updates,
@@ -376,11 +360,10 @@ class LearnedEnsembleWM:
             buf.fill_({"ids": self.pad_id, "slots": -1}.get(k, 0))
             buf[:keep] = old[k][order]
         self.replay_count = keep
-        self.values = {k: deque((tuple(p) for p in v), maxlen=VALUE_POINTS) for k, v in state["values"].items()}
-        self.metric_names = dict(state["metric_names"])
-        self.memory = OrderedDict(((t, p), (int(i), float(pos), float(r), str(rest[0]) if rest else ""))
-                                  for t, p, i, pos, r, *rest in state.get("memory", []))
-        self.errors = {(s_, c): Counter(cnt) for s_, c, cnt in state.get("errors", [])}
+        self.table.load_state_dict(state)
+        self.memory = OrderedDict(((t, p), (int(i), float(pos), float(r), str(line)))
+                                  for t, p, i, pos, r, line in state["memory"])
+        self.errors = {(s_, c): Counter(cnt) for s_, c, cnt in state["errors"]}
         self.updates = int(state["updates"])
         self.gen.set_state(state["generator"])
 
@@ -389,7 +372,7 @@ class LearnedEnsembleWM:
         known = {f.name for f in fields(WorldModelConfig)}
         cfg = {k: v for k, v in state["config"].items() if k in known}  # keys of other schema versions drop
         cfg.update({k: v for k, v in (overrides or {}).items() if k not in ARCHITECTURE_KEYS})
-        wm = cls(cfg, seed=int(state.get("seed", 0)), tokenizer_json=state["tokenizer"])
+        wm = cls(cfg, seed=int(state["seed"]), tokenizer_json=state["tokenizer"])
         wm.load_state_dict(state)
         for g in wm.optimizer.param_groups:  # the running config decides the learning rate
             g["lr"] = cfg["lr"]

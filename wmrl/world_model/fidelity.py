@@ -10,35 +10,24 @@ import math
 from typing import Sequence
 
 import torch
-from torchmetrics.functional import spearman_corrcoef
 
+from wmrl.fidelity import fidelity
 from wmrl.outcome import PREDICTED_STATUSES, Outcome, Status
-
-
-def _as_tensor(x) -> torch.Tensor:
-    return torch.as_tensor(x, dtype=torch.float64).flatten()
 
 
 def reward_fidelity(pred_reward, pred_var, real_reward, pred_status: Sequence | None = None,
                     real_status: Sequence | None = None) -> dict[str, float]:
-    """Spearman and MAE of reward, coverage of the +-2 sigma interval, status accuracy."""
-    pred, var, real = _as_tensor(pred_reward), _as_tensor(pred_var), _as_tensor(real_reward)
-    keep = ~torch.isnan(real) & ~torch.isnan(pred)
-    n = int(keep.sum())
-    out = {"wm/spearman": math.nan, "wm/mae": math.nan, "wm/coverage_2sigma": math.nan,
-           "wm/status_acc": math.nan, "wm/pairs": float(n)}
+    """Spearman and MAE of reward, coverage of the +-2 sigma interval (`wmrl.fidelity`), status accuracy."""
+    pred, real = (torch.as_tensor(x, dtype=torch.float64).flatten() for x in (pred_reward, real_reward))
+    std = torch.as_tensor(pred_var, dtype=torch.float64).flatten().clamp_min(0.0).sqrt()
+    f = fidelity(pred, real, std, z=2.0)
+    out = {"wm/spearman": f["spearman"], "wm/mae": f["mae"], "wm/coverage_2sigma": f["coverage"],
+           "wm/status_acc": math.nan, "wm/pairs": f["pairs"]}
     if pred_status is not None and real_status is not None:
-        same = [Status(p) == Status(r) for p, r, k in zip(pred_status, real_status, keep.tolist()) if k]
+        keep = (~torch.isnan(real) & ~torch.isnan(pred)).tolist()
+        same = [Status(p) == Status(r) for p, r, k in zip(pred_status, real_status, keep) if k]
         if same:
             out["wm/status_acc"] = sum(same) / len(same)
-    if n == 0:
-        return out
-    pred, var, real = pred[keep], var[keep].clamp_min(0.0), real[keep]
-    err = (pred - real).abs()
-    out["wm/mae"] = float(err.mean())
-    out["wm/coverage_2sigma"] = float((err <= 2.0 * var.sqrt()).double().mean())
-    if n >= 2 and float(pred.std()) > 0 and float(real.std()) > 0:
-        out["wm/spearman"] = float(spearman_corrcoef(pred.float(), real.float()))
     return out
 
 

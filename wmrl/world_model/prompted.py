@@ -20,21 +20,16 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections import deque
 from dataclasses import asdict
 from typing import Any
 
-import numpy as np
 import torch
 
 from wmrl.outcome import PREDICTED_STATUSES, Outcome, Status, error_line
-from wmrl.world_model.base import N_STATUS, WMPrediction, WMQuery, prechecked_prediction, reward_moments
+from wmrl.world_model.base import N_STATUS, ValueTable, WMPrediction, WMQuery, precheck_queries, reward_moments
 from wmrl.world_model.lm import FrozenLM
-from wmrl.sandbox.program import interface_of
-from wmrl.world_model.static import decided_status, value_at_position
 
 STATUS_NAMES = [s.value for s in PREDICTED_STATUSES]
-VALUE_POINTS = 256  # (pos, value) pairs kept per task to show a predicted position as a metric value
 SYSTEM = "You predict what happens when a Python program is executed in a sandbox. Answer with one JSON object only."
 ANSWER_HEAD = '{"status":'  # every answer starts so; in score mode it ends the cached prefix
 
@@ -120,8 +115,7 @@ class PromptedLMWM:
         self.cfg = asdict(world_model_config(cfg))
         self.lm, self.tok = lm, lm.tokenizer
         self.buckets = self.cfg["quality_buckets"]
-        self.values: dict[str, deque] = {}  # task -> (pos, value) of real valid executions
-        self.metric_names: dict[str, str] = {}
+        self.table = ValueTable()  # task -> its metric's name and (pos, value) of real valid executions
         self._answers = self._answer_ids()
 
     @classmethod
@@ -168,15 +162,9 @@ class PromptedLMWM:
     # ---- prediction -----------------------------------------------------------------------------
     def predict(self, queries: list[WMQuery]) -> WMPrediction:
         b = len(queries)
-        probs = torch.zeros(b, N_STATUS)
-        pos_mean, pos_var = torch.full((b,), 0.5), torch.zeros(b)
-        errors, decided = [""] * b, torch.zeros(b, dtype=torch.bool)
+        probs, _, decided, errors = precheck_queries(queries)
+        pos_mean, pos_var = torch.where(decided, 0.0, 0.5), torch.zeros(b)
         malformed = torch.zeros(b, dtype=torch.bool)
-        for i, q in enumerate(queries):
-            status, detail = decided_status(q.program, interface_of(q.descriptor))
-            if status is not None:
-                probs[i], _ = prechecked_prediction(status)
-                decided[i], errors[i], pos_mean[i] = True, error_line(detail), 0.0
         rest = (~decided).nonzero().flatten().tolist()
         step = max(1, self.cfg["predict_batch"])
         for start in range(0, len(rest), step):
@@ -189,8 +177,7 @@ class PromptedLMWM:
             for i, (p, mean, var, error, bad) in zip(chunk, results):
                 probs[i], pos_mean[i], pos_var[i], errors[i], malformed[i] = p, mean, var, error, bad
         reward_mean, reward_var = reward_moments(probs, pos_mean, pos_var)
-        metrics = [q.metric or self.metric_names.get(q.task, "") for q in queries]
-        value = torch.tensor([self.value_at(q.task, float(pos_mean[i])) for i, q in enumerate(queries)])
+        metrics, value = self.table.shown(queries, pos_mean)
         return WMPrediction(status_probs=probs, pos_mean=pos_mean, pos_std=pos_var.sqrt(), reward_mean=reward_mean,
                             reward_var=reward_var, value_mean=value, tasks=[q.task for q in queries], metrics=metrics,
                             prechecked=decided, errors=errors, malformed=malformed)
@@ -217,28 +204,22 @@ class PromptedLMWM:
 
     def value_at(self, task: str, pos: float) -> float:
         """Metric value at a leaderboard position, interpolated from this task's real executions."""
-        return value_at_position(self.values.get(task), pos)
+        return self.table.value_at(task, pos)
 
     # ---- learning: none ---------------------------------------------------------------------------
     def update(self, examples: list[tuple[WMQuery, Outcome]]) -> dict[str, float]:
         """Frozen: no weight changes. Only keeps the metric's name and (position, value) points of real
         valid executions, so that a predicted position can be shown as a metric value."""
         for q, o in examples:
-            if o.metric:
-                self.metric_names[q.task] = o.metric
-            if o.status is Status.VALID and o.value is not None and o.pos is not None and math.isfinite(o.value):
-                self.values.setdefault(q.task, deque(maxlen=VALUE_POINTS)).append((float(o.pos), float(o.value)))
+            self.table.learn(q, o)
         return {}
 
     # ---- persistence: the config and the value table; the weights are the checkpoint's ------------
     def state_dict(self) -> dict:
-        return {"kind": self.kind, "config": dict(self.cfg),
-                "values": {k: [list(p) for p in v] for k, v in self.values.items()},
-                "metric_names": dict(self.metric_names)}
+        return {"kind": self.kind, "config": dict(self.cfg), **self.table.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
-        self.values = {k: deque((tuple(p) for p in v), maxlen=VALUE_POINTS) for k, v in state["values"].items()}
-        self.metric_names = dict(state["metric_names"])
+        self.table.load_state_dict(state)
 
     @classmethod
     def from_state(cls, state: dict, overrides: dict | None = None) -> "PromptedLMWM":

@@ -15,7 +15,6 @@ import math
 import symtable
 from functools import lru_cache
 
-import numpy as np
 
 from wmrl.outcome import Status, sandbox_error_line
 from wmrl.sandbox.program import collector_paused, parse_program, precheck
@@ -307,11 +306,3 @@ def decided_status(source: str, interface: str = "estimator") -> tuple[Status | 
         status, detail = static_check(source, interface)
     return status, detail
 
-
-def value_at_position(points, pos: float) -> float:
-    """Metric value at a leaderboard position, interpolated from (position, value) points of real
-    executions; NaN without any."""
-    if not points:
-        return math.nan
-    arr = np.array(sorted(points))
-    return float(np.interp(pos, arr[:, 0], arr[:, 1]))

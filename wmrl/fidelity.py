@@ -1,0 +1,33 @@
+"""How well predicted rewards agree with real ones on anchor pairs: the one definition the world model's
+`wm/...` metrics and the anchor budget's `env/recent_...` metrics (and its adaptive rate) both read."""
+from __future__ import annotations
+
+import math
+
+import torch
+from torchmetrics.functional import spearman_corrcoef
+
+
+def fidelity(pred, real, std=None, *, z: float = 2.0, min_pairs: int = 1) -> dict[str, float]:
+    """{pairs, spearman, mae, coverage} over the pairs where neither side is NaN (a real NaN: an infra error).
+
+    coverage: the share of real rewards inside pred ± z·std (NaN without stds); spearman: NaN with fewer
+    than 2 pairs or either side constant; every measure NaN with fewer than `min_pairs` pairs."""
+    pred, real = _flat(pred), _flat(real)
+    keep = ~torch.isnan(pred) & ~torch.isnan(real)
+    n = int(keep.sum())
+    out = {"pairs": float(n), "spearman": math.nan, "mae": math.nan, "coverage": math.nan}
+    if n == 0 or n < min_pairs:
+        return out
+    pred, real = pred[keep], real[keep]
+    err = (pred - real).abs()
+    out["mae"] = float(err.mean())
+    if std is not None:
+        out["coverage"] = float((err <= z * _flat(std)[keep]).double().mean())
+    if n >= 2 and float(pred.std()) > 0 and float(real.std()) > 0:
+        out["spearman"] = float(spearman_corrcoef(pred.float(), real.float()))
+    return out
+
+
+def _flat(x) -> torch.Tensor:
+    return torch.as_tensor(x, dtype=torch.float64).flatten()
