@@ -9,6 +9,7 @@ from lightning.pytorch import Callback
 from lightning.pytorch.loggers import MLFlowLogger
 
 from wmrl import distributed
+from wmrl.config import DebiasConfig  # defaults live in the schema
 from wmrl.corrections import Debiaser, aggregate_turns, best_turn, correct_turns, turn_pairs
 from wmrl.strata import stratum_keys
 from wmrl.rollout import RolloutBatch
@@ -28,7 +29,7 @@ class DebiasCallback(Callback):
     MLflow as debias/strata_step_N.md when an MLFlowLogger is attached.
     """
 
-    def __init__(self, debiaser: Debiaser, table_every: int = 10):
+    def __init__(self, debiaser: Debiaser, table_every: int = DebiasConfig.table_every):
         self.debiaser, self.table_every = debiaser, table_every
         self.batches = 0
 

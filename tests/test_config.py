@@ -154,3 +154,21 @@ def test_defaults_are_the_measured_stable_ones():
     cfg = load_config([])
     assert cfg.rl.lr <= 1e-4 and cfg.rl.lr_warmup_steps == 0
     assert cfg.eval.samples_per_task >= 96
+
+
+def test_every_knob_that_changes_results_is_in_the_schema_and_reaches_its_object():
+    """guard z / min pairs, the adaptive rate's MAE scale / min pairs, a stratum's own min pairs and the strata
+    table's period were constructor defaults no config could reach."""
+    from callbacks import correction_callbacks
+    from wmrl.corrections import AnchorBudget
+
+    cfg = load_config(["env.guard_z=2.5", "env.guard_min_pairs=3", "env.adaptive_mae_scale=0.4",
+                       "env.adaptive_min_pairs=5", "callbacks.debias.min_stratum_pairs=7", "callbacks.debias.table_every=2"])
+    budget = AnchorBudget.from_config(cfg.env)
+    assert (budget.guard.z, budget.guard.min_pairs, budget.mae_scale, budget.min_pairs) == (2.5, 3, 0.4, 5)
+    debiaser, callbacks = correction_callbacks(cfg.callbacks)
+    assert debiaser.min_stratum_pairs == 7 and callbacks[0].table_every == 2
+    for bad in ("env.guard_z=0", "env.guard_min_pairs=0", "env.adaptive_mae_scale=-1", "callbacks.debias.min_stratum_pairs=0",
+                "callbacks.debias.table_every=-1"):
+        with pytest.raises(ConfigError, match=bad.split("=")[0].split(".")[-1]):
+            load_config([bad])

@@ -134,9 +134,13 @@ class EnvConfig:
     anchor_rate_min: float = opt(0.1, "adaptive_rate: rate once the world model is good")
     anchor_rate_max: float = opt(0.5, "adaptive_rate: rate while the world model is weak (and at the start)")
     fidelity_window: int = opt(64, "adaptive_rate: recent anchor pairs the fidelity is measured on")
+    adaptive_mae_scale: float = opt(0.2, "adaptive_rate: MAE at which the WM's quality counts as 0 (rate_max)")
+    adaptive_min_pairs: int = opt(16, "adaptive_rate: anchor pairs measured before the rate may fall below rate_max")
     guard: bool = opt(True, "route an action class the WM over-rates (on anchors) to real execution")
     guard_threshold: float = opt(0.1, "guard: flag a class whose WM - real gap's 95% lower bound exceeds this")
     guard_half_life: float = opt(64.0, "guard: half-life of a class's running gap, in anchor pairs")
+    guard_z: float = opt(1.96, "guard: z of the gap's normal interval (1.96: 95%)")
+    guard_min_pairs: int = opt(8, "guard: anchor pairs of a class before it can be flagged")
 
 
 @dataclass
@@ -171,6 +175,8 @@ class DebiasConfig:
     half_life: float = opt(64.0, "offset: half-life of the bias estimate, in pairs")
     stratify_by: List[str] = opt(["action_class"], "strata keys (task, action_class, status); [] = one global fit")
     kappa: float = opt(8.0, "shrinkage of a stratum toward the global fit, in pseudo-pairs")
+    min_stratum_pairs: int = opt(4, "isotonic: a stratum's own map is the identity until this many of its pairs")
+    table_every: int = opt(10, "per-stratum table to MLflow every N steps (and at the end); 0 = at the end only")
     correct_observations: bool = opt(True, "also correct the predicted score shown to the agent")
 
 
@@ -371,6 +377,12 @@ def _check_choices(cfg: DictConfig) -> None:
                 "policy.sft_prompt_mix"):
         if not 0.0 <= OmegaConf.select(cfg, key) <= 1.0:
             raise ConfigError(f"{key} must be in [0, 1]; got {OmegaConf.select(cfg, key)}")
+    for key in ("env.guard_z", "env.adaptive_mae_scale"):
+        if not OmegaConf.select(cfg, key) > 0:
+            raise ConfigError(f"config key {key!r} must be > 0; got {OmegaConf.select(cfg, key)}")
+    if cfg.callbacks.debias is not None and (cfg.callbacks.debias.min_stratum_pairs < 1 or cfg.callbacks.debias.table_every < 0):
+        raise ConfigError("callbacks.debias.min_stratum_pairs must be >= 1 and callbacks.debias.table_every >= 0; got "
+                          f"{cfg.callbacks.debias.min_stratum_pairs} and {cfg.callbacks.debias.table_every}")
     if cfg.env.anchor_rate_min > cfg.env.anchor_rate_max:
         raise ConfigError(f"env.anchor_rate_min ({cfg.env.anchor_rate_min}) > env.anchor_rate_max ({cfg.env.anchor_rate_max})")
     if cfg.world_model.kind == "prompted" and not (cfg.world_model.model or cfg.policy.model):
@@ -381,7 +393,7 @@ def _check_choices(cfg: DictConfig) -> None:
         # the engine loads plain weights; adapters would need merging before every sync
         raise ConfigError("policy.lora_rank > 0 is not supported with generation.backend=vllm yet")
     for key in ("rollout.groups_per_step", "rollout.group_size", "rollout.turns", "rl.steps", "rl.updates_per_batch",
-                "env.anchor_lag"):
+                "env.anchor_lag", "env.guard_min_pairs", "env.adaptive_min_pairs"):
         if OmegaConf.select(cfg, key) < 1:
             raise ConfigError(f"config key {key!r} must be >= 1; got {OmegaConf.select(cfg, key)}")
     from wmrl.distributed import world_size

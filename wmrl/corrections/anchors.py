@@ -85,8 +85,8 @@ def select_anchors(score: np.ndarray, rate: float, rng: np.random.Generator,
     return chosen, pi
 
 
-def adaptive_anchor_rate(fidelity: dict, rate_min: float, rate_max: float, mae_scale: float = 0.2,
-                         nominal_coverage: float = 0.95, min_pairs: int = 16) -> float:
+def adaptive_anchor_rate(fidelity: dict, rate_min: float, rate_max: float, mae_scale: float = EnvConfig.adaptive_mae_scale,
+                         nominal_coverage: float = 0.95, min_pairs: int = EnvConfig.adaptive_min_pairs) -> float:
     """rate = rate_max − q·(rate_max − rate_min), q ∈ [0, 1] the WM's quality on recent anchors:
 
         q = clip(ρ, 0, 1) · clip(1 − MAE/mae_scale, 0, 1) · clip(coverage/nominal, 0, 1)

@@ -9,14 +9,17 @@ from collections import deque
 import numpy as np
 
 from wmrl.corrections.anchors import adaptive_anchor_rate, anchor_scores, select_anchors
+from wmrl.config import EnvConfig  # defaults live in the schema
 from wmrl.corrections.guard import RewardHackingGuard
 from wmrl.fidelity import fidelity
 
 
 class AnchorBudget:
     def __init__(self, *, selection: str, rate: float, adaptive: bool, rate_min: float, rate_max: float,
-                 fidelity_window: int, uniform_floor: float, guard: RewardHackingGuard | None):
+                 fidelity_window: int, uniform_floor: float, guard: RewardHackingGuard | None,
+                 mae_scale: float = EnvConfig.adaptive_mae_scale, min_pairs: int = EnvConfig.adaptive_min_pairs):
         self.selection, self.adaptive, self.rate_min, self.rate_max = selection, adaptive, rate_min, rate_max
+        self.mae_scale, self.min_pairs = mae_scale, min_pairs
         self.uniform_floor, self.guard = uniform_floor, guard
         self.rate = rate_max if adaptive else rate  # an adaptive rate starts high: the WM is unmeasured
         self.recent: deque[tuple[float, float, float]] = deque(maxlen=fidelity_window)  # (wm corrected, real, std)
@@ -25,10 +28,12 @@ class AnchorBudget:
     def from_config(cls, env_cfg) -> "AnchorBudget":
         guard = None
         if env_cfg.guard:
-            guard = RewardHackingGuard(threshold=env_cfg.guard_threshold, half_life=env_cfg.guard_half_life)
+            guard = RewardHackingGuard(threshold=env_cfg.guard_threshold, half_life=env_cfg.guard_half_life,
+                                       z=env_cfg.guard_z, min_pairs=env_cfg.guard_min_pairs)
         return cls(selection=env_cfg.anchor_selection, rate=env_cfg.anchor_rate, adaptive=env_cfg.adaptive_rate,
                    rate_min=env_cfg.anchor_rate_min, rate_max=env_cfg.anchor_rate_max,
-                   fidelity_window=env_cfg.fidelity_window, uniform_floor=env_cfg.anchor_floor, guard=guard)
+                   fidelity_window=env_cfg.fidelity_window, uniform_floor=env_cfg.anchor_floor, guard=guard,
+                   mae_scale=env_cfg.adaptive_mae_scale, min_pairs=env_cfg.adaptive_min_pairs)
 
     @property
     def per_trajectory(self) -> bool:
@@ -59,7 +64,8 @@ class AnchorBudget:
             fid = fidelity(w, r, s, z=1.96, min_pairs=3)
             out.update({f"env/recent_{k}": float(v) for k, v in fid.items()})
             if self.adaptive:
-                self.rate = adaptive_anchor_rate(fid, self.rate_min, self.rate_max)
+                self.rate = adaptive_anchor_rate(fid, self.rate_min, self.rate_max, self.mae_scale,
+                                                 min_pairs=self.min_pairs)
         out["env/anchor_rate"] = self.rate
         if self.guard is not None:
             if len(classes):

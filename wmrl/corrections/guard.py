@@ -30,7 +30,7 @@ class RewardHackingGuard:
     """
 
     def __init__(self, threshold: float = EnvConfig.guard_threshold, half_life: float = EnvConfig.guard_half_life,
-                 z: float = 1.96, min_pairs: int = 8):
+                 z: float = EnvConfig.guard_z, min_pairs: int = EnvConfig.guard_min_pairs):
         self.threshold, self.half_life, self.z, self.min_pairs = threshold, half_life, z, min_pairs
         self.stats: dict[str, DecayedMoments] = {}  # class -> its gaps' running moments
         self.flagged: set[str] = set()

@@ -34,7 +34,8 @@ class Debiaser:
     def __init__(self, method: str = DebiasConfig.method, stratify_by: Sequence[str] = (),
                  kappa: float = DebiasConfig.kappa, min_pairs: int = DebiasConfig.min_pairs,
                  refit_every: int = DebiasConfig.refit_every, buffer_size: int = DebiasConfig.buffer_size,
-                 half_life: float = DebiasConfig.half_life, min_stratum_pairs: int = 4):
+                 half_life: float = DebiasConfig.half_life,
+                 min_stratum_pairs: int = DebiasConfig.min_stratum_pairs):
         if method not in METHODS:
             raise ValueError(f"debias method must be one of {METHODS}; got {method!r}")
         self.method, self.stratify_by, self.kappa = method, tuple(stratify_by), float(kappa)
@@ -47,7 +48,8 @@ class Debiaser:
     @classmethod
     def from_config(cls, cfg: Any) -> "Debiaser":
         return cls(method=cfg.method, stratify_by=list(cfg.stratify_by), kappa=cfg.kappa, min_pairs=cfg.min_pairs,
-                   refit_every=cfg.refit_every, buffer_size=cfg.buffer_size, half_life=cfg.half_life)
+                   refit_every=cfg.refit_every, buffer_size=cfg.buffer_size, half_life=cfg.half_life,
+                   min_stratum_pairs=cfg.min_stratum_pairs)
 
     def _new_fit(self, min_pairs: int) -> IsotonicMap | OffsetRectifier:
         if self.method == "isotonic":
