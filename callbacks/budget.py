@@ -1,8 +1,6 @@
-"""The anchor budget learns from each step's anchors: the world model's recent fidelity sets the next
+"""The step's `anchor_budget` stage (`wmrl.step`): the anchor budget learns from the step's anchors: the world model's recent fidelity sets the next
 anchor rate (when adaptive), and the guard updates its per-class gaps and flags."""
 from __future__ import annotations
-
-from typing import Any
 
 import numpy as np
 import torch
@@ -11,28 +9,26 @@ from lightning.pytorch import Callback
 from wmrl import distributed
 from wmrl.corrections import AnchorBudget
 from wmrl.rollout import RolloutBatch
-from wmrl.tracking import log_metrics
 
 
 class AnchorBudgetCallback(Callback):
-    """After the update: every valid anchor of the batch is a (WM score the policy trains on, real
+    """After the world model (`__call__`, returns its metrics): every valid anchor of the batch is a (WM score the policy trains on, real
     reward) pair — the corrected score, out of sample, when debiasing runs — with its action class.
     Under DDP the budget observes every rank's anchors (gathered in rank order): each rank keeps the same
-    rate and guard. Logs env/anchor_rate, env/recent_{spearman,mae,coverage,pairs} and guard/flagged, guard/gap/<class>,
+    rate and guard. Returns env/anchor_rate, env/recent_{spearman,mae,coverage,pairs} and guard/flagged, guard/gap/<class>,
     guard/gap_lower/<class>. The budget (shared with the environment) goes into checkpoints."""
 
     def __init__(self, budget: AnchorBudget):
         self.budget = budget
 
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: RolloutBatch, batch_idx: int) -> None:
+    def __call__(self, batch: RolloutBatch) -> dict[str, float]:
         idx = torch.nonzero(batch.is_anchor & batch.valid & ~torch.isnan(batch.real_reward)
                             & ~torch.isnan(batch.wm_corrected)).flatten()
         ranks = distributed.gather((batch.wm_corrected[idx].cpu().numpy(), batch.real_reward[idx].cpu().numpy(),
                                     batch.wm_corrected_var[idx].clamp_min(0).sqrt().cpu().numpy(),
                                     [batch.strata["action_class"][i] for i in idx.tolist()]))
-        metrics = self.budget.observe(*(np.concatenate([r[k] for r in ranks]) for k in range(3)),
-                                      [c for r in ranks for c in r[3]])
-        log_metrics(trainer.loggers, metrics, step=pl_module.rl_step)
+        return self.budget.observe(*(np.concatenate([r[k] for r in ranks]) for k in range(3)),
+                                   [c for r in ranks for c in r[3]])
 
     def state_dict(self) -> dict:
         return self.budget.state_dict()

@@ -1,25 +1,21 @@
-"""Cost accounting per RL step: what the step cost (collection, corrections, update, world-model
+"""The step's `cost` stage (`wmrl.step`), its last: what the step cost (collection, corrections, update, world-model
 training) and the run's cumulative real executions, sandbox slot-seconds and training seconds."""
 from __future__ import annotations
 
 import time
-from typing import Any
-
 from lightning.pytorch import Callback
 
 from wmrl import distributed
 from wmrl.rollout import RolloutBatch
-from wmrl.tracking import log_metrics
 
 CUMULATIVE = ("cost/real_executions", "cost/sandbox_slot_s")
 
 
 class CostCallback(Callback):
-    """Must come after every callback whose `on_train_batch_end` is part of a step's cost (world-model
-    training) and before evaluation. `time/step_s` = collection wall time + wall time from the end
-    of collection to here; evaluation and checkpointing are not training cost.
+    """The last stage of `wmrl.step.Step` (`__call__`, returns its metrics). `time/step_s` = collection wall
+    time + wall time from the end of collection to here; evaluation and checkpointing are not training cost.
 
-    Logs every rollout measurement of the batch (`time/generation_s`, `time/env_real_s`, ...),
+    Returns every rollout measurement of the batch (`time/generation_s`, `time/env_real_s`, ...),
     `time/step_s`, `throughput/steps_per_s` and the cumulative totals `cost/real_executions`,
     `cost/sandbox_slot_s`, `cost/train_s`. Under DDP the step is every rank's: counts and slot-seconds are
     summed over ranks, component times are the slowest rank's, rates are recomputed from the summed counts, a
@@ -29,7 +25,7 @@ class CostCallback(Callback):
     def __init__(self):
         self.totals = {**{k: 0.0 for k in CUMULATIVE}, "cost/train_s": 0.0}
 
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: RolloutBatch, batch_idx: int) -> None:
+    def __call__(self, batch: RolloutBatch) -> dict[str, float]:
         step_s = batch.stats["time/rollout_s"] + (time.perf_counter() - batch.collected_at)
         ranks = distributed.gather({**batch.stats, "time/step_s": step_s})
         stats = distributed.combine_stats(ranks)  # explicit rules per metric (distributed.RATES); none is lost
@@ -38,8 +34,7 @@ class CostCallback(Callback):
         for k in CUMULATIVE:
             self.totals[k] += stats.pop(k)
         self.totals["cost/train_s"] += step_s
-        log_metrics(trainer.loggers, {**stats, **self.totals, "time/step_s": step_s,
-                                      "throughput/steps_per_s": 1.0 / max(step_s, 1e-9)}, step=pl_module.rl_step)
+        return {**stats, **self.totals, "time/step_s": step_s, "throughput/steps_per_s": 1.0 / max(step_s, 1e-9)}
 
     def state_dict(self) -> dict:
         return {"totals": dict(self.totals)}

@@ -1,6 +1,8 @@
-"""Online debiasing as a Lightning callback: learn from new anchor pairs, then correct WM rewards."""
+"""Online debiasing, the step's `debias` stage (`wmrl.step`): learn from new anchor pairs, then correct WM
+rewards. A Lightning callback for its checkpointed state and its MLflow table; dropping it drops the stage."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -16,24 +18,25 @@ from wmrl.rollout import RolloutBatch
 
 
 class DebiasCallback(Callback):
-    """Before the loss of every batch: the Debiaser learns from the batch's anchor pairs, then the
+    """A pure transform of the batch (`__call__`), before the update: the Debiaser learns from the batch's anchor pairs, then the
     training reward of every WM-only trajectory becomes its corrected WM score, and its
     `reward_var` the variance of that corrected score. Anchored rows keep their real reward.
     The same Debiaser is handed to the environment (it corrects the score shown to the agent)
     and to denoising (it calibrates anchor scores), so all three see one fit.
 
     Under DDP the Debiaser learns from every rank's pairs (gathered in rank order), so each rank holds
-    the same fit. Logs debias/pairs, debias/bias_global, debias/strata (strata with their own fit) and, on steps
+    the same fit. Returns debias/pairs, debias/bias_global, debias/strata (strata with their own fit) and, on steps
     with anchors, debias/mae_before and debias/mae_after (out of sample: the fit before those
     pairs). Every `table_every` batches and at the end of training the per-stratum table goes to
-    MLflow as debias/strata_step_N.md when an MLFlowLogger is attached.
+    MLflow as debias/strata_step_N.md (N the RL step) when an MLFlowLogger is attached.
     """
 
     def __init__(self, debiaser: Debiaser, table_every: int = DebiasConfig.table_every):
         self.debiaser, self.table_every = debiaser, table_every
         self.batches = 0
 
-    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: RolloutBatch, batch_idx: int) -> None:
+    def __call__(self, batch: RolloutBatch) -> tuple[RolloutBatch, dict[str, float]]:
+        """(the batch with corrected rewards, new tensors; the input is left as it was, metrics)."""
         d = self.debiaser
         wm = batch.turn_wm_reward.detach().cpu().numpy()
         wm_var = batch.turn_wm_var.detach().cpu().numpy()
@@ -52,23 +55,24 @@ class DebiasCallback(Callback):
         score, var = aggregate_turns(corrected), _at_best(corrected, corrected_var)
         score[anchors], var[anchors] = aggregate_turns(before_fit), _at_best(before_fit, before_var)
         like = batch.reward
-        batch.wm_corrected = torch.as_tensor(score, dtype=like.dtype, device=like.device)
-        batch.wm_corrected_var = torch.as_tensor(var, dtype=like.dtype, device=like.device)
+        wm_corrected = torch.as_tensor(score, dtype=like.dtype, device=like.device)
+        wm_corrected_var = torch.as_tensor(var, dtype=like.dtype, device=like.device)
         rows = batch.wm_only
-        # new tensors, never writes through an alias of wm_reward
-        batch.reward = torch.where(rows, batch.wm_corrected, batch.reward)
-        batch.reward_var = torch.where(rows, batch.wm_corrected_var, batch.reward_var)
+        out = replace(batch, wm_corrected=wm_corrected, wm_corrected_var=wm_corrected_var,
+                      reward=torch.where(rows, wm_corrected, batch.reward),
+                      reward_var=torch.where(rows, wm_corrected_var, batch.reward_var))
 
         metrics = {"debias/pairs": float(d.pairs), "debias/bias_global": d.bias(),
                    "debias/strata": float(sum(fit.n > 0 for fit in d.strata.values()))}
         if len(before):
             metrics["debias/mae_before"] = float(np.abs(before).mean())
             metrics["debias/mae_after"] = float(np.abs(after).mean())
-        pl_module.log_dict(metrics, on_step=True, on_epoch=False, batch_size=len(batch))
-
         self.batches += 1
+        return out, metrics
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.table_every and self.batches % self.table_every == 0:
-            self.save_table(trainer)
+            self.save_table(trainer, pl_module.rl_step)
 
     def turn_keys(self, batch: RolloutBatch) -> list[list[tuple]] | None:
         """Each turn's stratum key [N][K]; None for one global fit."""
@@ -79,19 +83,19 @@ class DebiasCallback(Callback):
         return [stratum_keys({k: strata[k][i] for k in by}, by) for i in range(len(batch))]
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
-        self.save_table(trainer)
+        self.save_table(trainer, pl_module.rl_step)
 
     def table_markdown(self) -> str:
         head = "| stratum | n | pairs | bias | resid_before | resid_after |\n|---|---|---|---|---|---|\n"
         return head + "".join(f"| {r['stratum']} | {r['n']:.1f} | {r['pairs']} | {r['bias']:+.4f} | "
                               f"{r['resid_before']:+.4f} | {r['resid_after']:+.4f} |\n" for r in self.debiaser.table())
 
-    def save_table(self, trainer: Any) -> None:
+    def save_table(self, trainer: Any, step: int) -> None:
         """Write the per-stratum table to every MLflow logger of the trainer (rank 0's: it alone has one)."""
         for logger in trainer.loggers:
             if isinstance(logger, MLFlowLogger):
                 logger.experiment.log_text(logger.run_id, self.table_markdown(),
-                                           f"debias/strata_step_{trainer.global_step}.md")
+                                           f"debias/strata_step_{step}.md")
 
     def state_dict(self) -> dict:
         return {"debiaser": self.debiaser.state_dict(), "batches": self.batches}

@@ -1,6 +1,8 @@
-"""Denoising as a Lightning callback: per-trajectory loss weights that trust precise rewards more."""
+"""Denoising, the step's `denoise` stage (`wmrl.step`): per-trajectory loss weights that trust precise rewards
+more. A Lightning callback for its checkpointed state; dropping it drops the stage."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -15,7 +17,7 @@ METHODS = ("anchor_upweight", "inverse_variance")
 
 
 class DenoiseCallback(Callback):
-    """Sets `batch.weight` before the loss; the module then uses it for the weighted group
+    """A pure transform of the batch (`__call__`) that sets `weight` before the update; the module uses it for the weighted group
     baseline and multiplies each trajectory's loss by it.
 
     inverse_variance: weights on the scale they act on, advantages: w ∝ 1/(σ²/s_g² + 1) with σ² the
@@ -26,7 +28,7 @@ class DenoiseCallback(Callback):
     (`batch.wm_corrected`: the debias fit before those anchors' pairs; the raw score without it).
 
     Under DDP weights are normalised over every rank's rows and s² is measured on every rank's anchors,
-    so each rank holds the same s². Logs denoise/weight_mean, denoise/weight_min, denoise/weight_max (valid rows) and, for
+    so each rank holds the same s². Returns denoise/weight_mean, denoise/weight_min, denoise/weight_max (valid rows) and, for
     anchor_upweight, denoise/s2.
     """
 
@@ -54,7 +56,8 @@ class DenoiseCallback(Callback):
         if s2 is not None:
             self.s2 = s2 if self.s2 is None else self.ema * self.s2 + (1.0 - self.ema) * s2
 
-    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: RolloutBatch, batch_idx: int) -> None:
+    def __call__(self, batch: RolloutBatch) -> tuple[RolloutBatch, dict[str, float]]:
+        """(the batch with its loss weights, a new batch; metrics)."""
         if self.method == "inverse_variance":
             w = inverse_variance_weights(batch.reward_var, batch.source == SOURCE_REAL, self.sigma_floor,
                                          self.w_min, self.w_max, batch.valid,
@@ -63,14 +66,14 @@ class DenoiseCallback(Callback):
         else:
             self.update_s2(batch)
             w = anchor_upweight_weights(batch.is_anchor, self.s2 or 0.0, self.c, self.w_max, batch.valid)
-        batch.weight = w.to(device=batch.reward.device, dtype=batch.reward.dtype)
+        batch = replace(batch, weight=w.to(device=batch.reward.device, dtype=batch.reward.dtype))
 
         shown = batch.weight[batch.valid] if batch.valid.any() else batch.weight
         metrics = {"denoise/weight_mean": shown.mean().item(), "denoise/weight_min": shown.min().item(),
                    "denoise/weight_max": shown.max().item()}
         if self.method == "anchor_upweight":
             metrics["denoise/s2"] = float(self.s2 or 0.0)
-        pl_module.log_dict(metrics, on_step=True, on_epoch=False, batch_size=len(batch))
+        return batch, metrics
 
     def state_dict(self) -> dict:
         return {"s2": self.s2}

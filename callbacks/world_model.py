@@ -1,26 +1,23 @@
-"""World-model training on the side of RL: after each step, the world model learns from the
-step's newly executed programs and is scored against real execution on its anchors."""
+"""World-model training, the step's `world_model` stage (`wmrl.step`): after the update, the world model
+learns from the step's newly executed programs and is scored against real execution on its anchors."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
-from typing import Any
 
 from lightning.pytorch import Callback
 
 from wmrl import distributed
 from wmrl.outcome import Status, render_observation
 from wmrl.rollout import RolloutBatch, TrajectoryRecord
-from wmrl.tracking import log_metrics
 from wmrl.world_model import WMQuery, WorldModel, reward_fidelity
 
 
 class WorldModelCallback(Callback):
-    """After the policy update of each batch: `world_model.update` on every executed program
+    """After the policy update (`__call__`, returns its metrics): `world_model.update` on every executed program
     (warm-up, sandbox and anchor groups; infra errors left out), then fidelity on the anchored
     programs (`wm/spearman`, `wm/mae`, `wm/coverage_2sigma`, `wm/status_acc`), each anchored turn
-    appended to `anchor_log` (jsonl) for reports. Logs `time/wm_train_s`, `wm/new_examples` and
+    appended to `anchor_log` (jsonl) for reports. Returns `wm/new_examples` and
     the world model's own training stats. The world model's state goes into checkpoints.
     Under DDP every rank's world model learns from every rank's programs (gathered in rank order), so the
     ranks' world models take identical updates; pass `anchor_log` on one rank only."""
@@ -45,8 +42,7 @@ class WorldModelCallback(Callback):
                 history = (history + "\n" + turn.judgement.observation).strip()
         return out
 
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: RolloutBatch, batch_idx: int) -> None:
-        t0 = time.perf_counter()
+    def __call__(self, batch: RolloutBatch) -> dict[str, float]:
         ranks = distributed.gather((batch.records, batch.valid.tolist()))
         records, valid = [r for rec, _ in ranks for r in rec], [v for _, val in ranks for v in val]
         examples = self.examples(records)
@@ -55,9 +51,8 @@ class WorldModelCallback(Callback):
             stats.update({k if k.startswith("wm/") else f"wm/{k}": float(v)
                           for k, v in self.world_model.update(examples).items()})
         stats.update(self.fidelity(records, valid, batch.step))
-        stats["time/wm_train_s"] = time.perf_counter() - t0
         stats.update(self.feedback_effect(records, valid))
-        log_metrics(trainer.loggers, stats, step=pl_module.rl_step)
+        return stats
 
     def fidelity(self, records: list[TrajectoryRecord], valid: list[bool], step: int) -> dict:
         """The world model against real execution on every anchored program of a step's valid `records`."""

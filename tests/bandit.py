@@ -12,7 +12,6 @@ make the gradient estimate less noisy.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Sequence
 
 import torch
@@ -87,10 +86,12 @@ class MetricLog:
 
 def loss_on_batch(logits: torch.Tensor, batch: RolloutBatch, callbacks: Sequence[Callback], step: int,
                   metrics: MetricLog, scale: str = "group") -> torch.Tensor:
-    """What the trainer does per batch: the callbacks in order, then advantages and the clipped loss."""
-    trainer = SimpleNamespace(callbacks=list(callbacks), loggers=[], global_step=step)
-    for cb in callbacks:
-        cb.on_train_batch_start(trainer, metrics, batch, step)
+    """What the trainer does per batch: the step's corrections (`callbacks.step_of`), then advantages and the
+    clipped loss."""
+    from callbacks import step_of
+
+    batch, logged = step_of(callbacks, update=lambda b: {})(batch)
+    metrics.log_dict(logged)
     adv = group_advantages(batch.reward, batch.group_ids, batch.weight, batch.valid, scale=scale)
     logp = torch.log_softmax(logits, 0)[batch.input_ids]
     loss, _ = policy_loss(logp, batch.old_logprobs, adv, batch.loss_mask, weight=batch.weight)

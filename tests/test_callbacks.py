@@ -51,25 +51,29 @@ def denoise_callback(**overrides) -> DenoiseCallback:
 
 
 class Recorder:
-    """Stands in for the LightningModule: keeps what the callbacks log."""
+    """Keeps the metrics a stage returned."""
 
     def __init__(self):
         self.logged = {}
 
-    def log_dict(self, metrics, **kwargs):
-        assert kwargs.get("batch_size"), "callbacks must pass batch_size (a RolloutBatch has no inferable size)"
-        self.logged.update(metrics)
+
+def apply(stage, batch, rec=None):
+    """Run a correction stage as the step does: the batch it returns; its metrics into `rec`."""
+    out, metrics = stage(batch)
+    if rec is not None:
+        rec.logged.update(metrics)
+    return out
 
 
 def trainer_stub(callbacks, loggers=()):
-    return SimpleNamespace(callbacks=list(callbacks), loggers=list(loggers), global_step=7)
+    return SimpleNamespace(callbacks=list(callbacks), loggers=list(loggers))
 
 
 def warmed_debias(method="offset", pairs=8):
     cb = DebiasCallback(Debiaser(method, ["action_class"], kappa=1.0, min_pairs=4, half_life=float("inf")))
     for seed in range(pairs):
         b = biased_batch(seed=100 + seed, anchor_groups=(0, 1, 2))
-        cb.on_train_batch_start(trainer_stub([cb]), Recorder(), b, 0)
+        b = apply(cb, b)
     return cb
 
 
@@ -78,7 +82,7 @@ def test_debias_rewrites_wm_rows_and_keeps_anchor_rewards(method):
     cb = warmed_debias(method)
     batch = biased_batch(seed=1, valid=[True] * 11 + [False])
     raw_reward = batch.reward.clone()
-    cb.on_train_batch_start(trainer_stub([cb]), Recorder(), batch, 0)
+    batch = apply(cb, batch)
     anchors, wm_rows = batch.is_anchor, batch.wm_only
     assert torch.equal(batch.reward[anchors], batch.real_reward[anchors])
     assert not torch.isclose(batch.reward[wm_rows], raw_reward[wm_rows]).all()
@@ -96,7 +100,7 @@ def test_debias_learns_from_the_batch_anchor_pairs_before_correcting():
     cb = DebiasCallback(Debiaser("offset", ["action_class"], kappa=1.0, half_life=float("inf")))
     rec = Recorder()
     batch = biased_batch(seed=2, anchor_groups=(0,))
-    cb.on_train_batch_start(trainer_stub([cb]), rec, batch, 0)
+    batch = apply(cb, batch, rec)
     assert cb.debiaser.pairs == 4
     # on the very first batch the WM rows are already corrected with the pairs that arrived with it
     forest_wm = [i for i in range(4, 12) if batch.strata["action_class"][i] == "forest"]
@@ -119,7 +123,7 @@ def test_denoise_inverse_variance_sets_weights():
     cb = denoise_callback(method="inverse_variance", sigma_floor=0.05, w_min=0.2, w_max=3.0)
     rec = Recorder()
     batch = biased_batch(seed=3, valid=[True] * 11 + [False])
-    cb.on_train_batch_start(trainer_stub([cb]), rec, batch, 0)
+    batch = apply(cb, batch, rec)
     w = batch.weight
     assert torch.allclose(w[:4], w[0].expand(4))  # one anchor group: equal real-execution noise, equal weight
     for group in (torch.arange(4, 8), torch.arange(8, 11)):  # within a group (one s_g): more variance, less weight
@@ -134,11 +138,11 @@ def test_denoise_anchor_upweight_uses_the_calibrated_residual():
     raw = denoise_callback(method="anchor_upweight", c=1.0, ema=0.5, w_max=10.0)
     calibrated = denoise_callback(method="anchor_upweight", c=1.0, ema=0.5, w_max=10.0)
     for seed in range(3):
-        raw.on_train_batch_start(trainer_stub([raw]), Recorder(), biased_batch(seed=10 + seed), 0)
+        apply(raw, biased_batch(seed=10 + seed))
         rec = Recorder()
         batch = biased_batch(seed=10 + seed)
-        debias.on_train_batch_start(trainer_stub([debias, calibrated]), rec, batch, 0)
-        calibrated.on_train_batch_start(trainer_stub([debias, calibrated]), rec, batch, 0)
+        batch = apply(debias, batch, rec)
+        batch = apply(calibrated, batch, rec)
     # the forest bias is class-dependent, so it survives group-centring and shows in raw s²;
     # after debiasing little residual remains
     assert raw.s2 > 0.5 and calibrated.s2 < 0.5 * raw.s2
@@ -158,15 +162,18 @@ def _through_checkpoint(state):
 def test_callback_state_survives_a_checkpoint_round_trip(method):
     debias = warmed_debias(method)
     denoise = denoise_callback(method="anchor_upweight")
-    denoise.on_train_batch_start(trainer_stub([debias, denoise]), Recorder(), biased_batch(seed=20), 0)
+    apply(denoise, biased_batch(seed=20))
     fresh_debias = DebiasCallback(Debiaser(method, ["action_class"], kappa=1.0, min_pairs=4, half_life=float("inf")))
     fresh_denoise = denoise_callback(method="anchor_upweight")
     fresh_debias.load_state_dict(_through_checkpoint(debias.state_dict()))
     fresh_denoise.load_state_dict(_through_checkpoint(denoise.state_dict()))
-    a, b = biased_batch(seed=21), biased_batch(seed=21)
-    for cbs, batch in (([debias, denoise], a), ([fresh_debias, fresh_denoise], b)):
+    out = []
+    for cbs in ([debias, denoise], [fresh_debias, fresh_denoise]):
+        batch = biased_batch(seed=21)
         for cb in cbs:
-            cb.on_train_batch_start(trainer_stub(cbs), Recorder(), batch, 0)
+            batch = apply(cb, batch)
+        out.append(batch)
+    a, b = out
     assert torch.equal(a.reward, b.reward) and torch.equal(a.weight, b.weight)
     assert fresh_denoise.s2 == denoise.s2 and fresh_debias.batches == debias.batches
 
@@ -177,11 +184,25 @@ def test_strata_table_goes_to_mlflow_as_an_artifact(tmp_path):
     logger = MLFlowLogger(experiment_name="t", tracking_uri=f"sqlite:///{tmp_path}/ml.db")
     cb = warmed_debias("offset")
     cb.table_every = 1
-    cb.on_train_batch_start(trainer_stub([cb], [logger]), Recorder(), biased_batch(seed=30), 0)
-    local = logger.experiment.download_artifacts(logger.run_id, "debias/strata_step_7.md", str(tmp_path))
+    apply(cb, biased_batch(seed=30))
+    cb.on_train_batch_end(trainer_stub([cb], [logger]), SimpleNamespace(rl_step=7), None, None, 0)
+    local = logger.experiment.download_artifacts(logger.run_id, "debias/strata_step_7.md", str(tmp_path))  # the RL step
     text = Path(local).read_text()
     assert "| forest |" in text and "| linear |" in text and "| * |" in text
-    cb.on_train_batch_start(trainer_stub([cb], []), Recorder(), biased_batch(seed=31), 0)  # no logger: no error
+    apply(cb, biased_batch(seed=31))
+    cb.on_train_batch_end(trainer_stub([cb], []), SimpleNamespace(rl_step=8), None, None, 0)  # no logger: no error
+
+
+@pytest.mark.parametrize("method", ["inverse_variance", "anchor_upweight"])
+def test_the_corrections_are_pure_transforms_of_the_batch(method):
+    """The step hands each stage's batch to the next; a correction never writes into the batch it was given."""
+    debias, denoise = warmed_debias("isotonic"), denoise_callback(method=method)
+    batch = biased_batch(seed=40)
+    before = {k: v.clone() for k, v in vars(batch).items() if isinstance(v, torch.Tensor)}
+    corrected = apply(denoise, apply(debias, batch))
+    for k, v in before.items():
+        assert torch.equal(getattr(batch, k), v) or (torch.isnan(v).any() and torch.allclose(getattr(batch, k), v, equal_nan=True)), k
+    assert not torch.equal(corrected.reward, batch.reward) and not torch.equal(corrected.weight, batch.weight)
 
 
 def test_from_config_builds_the_configured_callbacks_in_order():
@@ -196,17 +217,26 @@ def test_from_config_builds_the_configured_callbacks_in_order():
 
 
 def test_callbacks_inside_a_real_lightning_trainer(tmp_path):
-    """Lightning calls the hooks with the RolloutBatch, records the logged names and checkpoints the state."""
+    """A module runs the step of the trainer's callbacks on each RolloutBatch (as WMRLModule does); Lightning
+    checkpoints the callbacks' state."""
     import lightning.pytorch as pl
 
+    from callbacks import step_of
     from wmrl.rl import group_advantages, policy_loss
 
     class TinyPolicy(pl.LightningModule):
         def __init__(self):
             super().__init__()
             self.logits = torch.nn.Parameter(torch.zeros(3))
+            self.rl_step = 0  # what the debias callback's table is filed under
+
+        def on_fit_start(self):
+            self.step = step_of(self.trainer.callbacks, update=lambda b: {})
 
         def training_step(self, batch, batch_idx):
+            batch, metrics = self.step(batch)
+            self.rl_step += 1
+            self.log_dict(metrics, batch_size=len(batch))
             adv = group_advantages(batch.reward, batch.group_ids, batch.weight, batch.valid)
             logp = torch.log_softmax(self.logits, 0)[batch.input_ids]
             loss, _ = policy_loss(logp, logp.detach(), adv, batch.loss_mask, weight=batch.weight)
@@ -240,16 +270,16 @@ def test_debias_passes_the_variance_through_the_map():
     wm = rng.uniform(0.3, 0.6, 40)
     real = 2 * wm - 0.2
     cb = DebiasCallback(Debiaser("isotonic", stratify_by=[], min_pairs=4, refit_every=1, buffer_size=512))
-    cb.on_train_batch_start(trainer_stub([cb]), Recorder(), make_batch(real, wm, [0.01] * 40, ["linear"] * 40, set(range(10))), 0)
+    apply(cb, make_batch(real, wm, [0.01] * 40, ["linear"] * 40, set(range(10))))
     batch = make_batch(real, wm, [0.01] * 40, ["linear"] * 40, anchor_groups=set())
-    cb.on_train_batch_start(trainer_stub([cb]), Recorder(), batch, 1)
+    batch = apply(cb, batch)
     inner = (wm > 0.36) & (wm < 0.54)  # away from the ends of the fitted range, where the map is clipped
     assert np.allclose(batch.reward_var.numpy()[inner], 0.04, rtol=0.35)
     assert torch.allclose(batch.wm_var, torch.full((40,), 0.01))  # the world model's own variance is kept apart
     offset = DebiasCallback(Debiaser("offset", stratify_by=[], half_life=8.0))
     batch = biased_batch()
     before = batch.reward_var.clone()
-    offset.on_train_batch_start(trainer_stub([offset]), Recorder(), batch, 0)
+    batch = apply(offset, batch)
     wm_rows = batch.wm_only
     added = batch.reward_var[wm_rows] - before[wm_rows]  # a shift has slope 1: the WM's variance passes as is,
     assert torch.all(added >= 0) and torch.allclose(added, added[0].expand_as(added))  # plus the error's scatter
@@ -272,11 +302,11 @@ def test_each_turn_is_corrected_in_its_own_class_before_the_max():
 
     cb = DebiasCallback(Debiaser("offset", ["action_class"], kappa=0.01, half_life=float("inf")))
     anchors = [traj(0, [0.9, 0.65], ["forest", "linear"], reals=[0.6, 0.65]) for _ in range(4)]
-    cb.on_train_batch_start(trainer_stub([cb]), Recorder(), make_batch(anchors, 0, 8), 0)
+    apply(cb, make_batch(anchors, 0, 8))
     assert cb.debiaser.pairs == 8  # two turns per anchor, each its own pair
     assert cb.debiaser.correct([0.8], [("forest",)])[0] == pytest.approx(0.5, abs=1e-3)
     batch = make_batch([traj(0, [0.6, 0.8], ["linear", "forest"])], 0, 8)
-    cb.on_train_batch_start(trainer_stub([cb]), Recorder(), batch, 1)
+    batch = apply(cb, batch)
     assert batch.reward[0].item() == pytest.approx(0.6, abs=1e-3)
 
 

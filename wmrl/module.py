@@ -1,7 +1,9 @@
-"""The LightningModule: the policy and one GRPO update per rollout batch.
+"""The LightningModule: the policy, and the RL step (`wmrl.step.Step`) on every rollout batch.
 
-Callbacks have already corrected `batch.reward` and set `batch.weight` when `training_step` runs;
-world-model training, cost accounting and evaluation are callbacks of their own (`callbacks/`).
+`training_step` runs the step: the corrections, then the GRPO update (`update`, from the corrected
+`batch.reward` and `batch.weight`), world-model training, the anchor budget and the cost, in that order;
+each stage but the update is the callback of its kind among the trainer's (`callbacks.step_of`). Every
+metric of the step is logged once, at the RL step.
 Under DDP each rank holds its share of the step's groups: the loss is a mean over every rank's valid
 trajectories and the gradient is summed over ranks, so the update is the one a single process would
 take on the union of the ranks' batches.
@@ -11,7 +13,6 @@ from __future__ import annotations
 import copy
 import math
 import random
-import time
 
 import lightning as L
 import numpy as np
@@ -66,21 +67,28 @@ class WMRLModule(L.LightningModule):
     def transfer_batch_to_device(self, batch, device, dataloader_idx):
         return batch.to(device) if isinstance(batch, RolloutBatch) else super().transfer_batch_to_device(batch, device, dataloader_idx)
 
+    def on_fit_start(self) -> None:
+        from callbacks import step_of
+
+        self.step = step_of(self.trainer.callbacks, update=self.update)
+
     def training_step(self, batch: RolloutBatch, batch_idx: int):
+        batch, metrics = self.step(batch)
+        self.rl_step = batch.step + 1
+        log_metrics(self.trainer.loggers, metrics, step=self.rl_step)
+        self.log_dict({"reward": metrics["reward/train_mean"]}, prog_bar=True, logger=False, on_step=True,
+                      batch_size=len(batch))
+
+    def update(self, batch: RolloutBatch) -> dict[str, float]:
+        """The step's `update` stage: GRPO on the (corrected, weighted) batch, under the step's own seed."""
         seed = stream_seed(self.seed, batch.step, "train")
         torch.manual_seed(seed), np.random.seed(seed), random.seed(seed)
-        t0 = time.perf_counter()
         stats = self._policy_update(batch)
-        self.rl_step = batch.step + 1
         valid = batch.valid
-        means = _means_over_ranks({  # every rank's rows
+        return {**stats, **_means_over_ranks({  # every rank's rows
             "reward/train_mean": batch.reward[valid], "reward/wm_raw_mean": batch.wm_reward[valid],
             "reward/real_mean": batch.real_reward[valid], "rollout/anchor_share": batch.is_anchor.float(),
-            "rollout/real_share": (batch.source == SOURCE_REAL).float()})
-        log_metrics(self.trainer.loggers, {**stats, "time/policy_train_s": time.perf_counter() - t0, **means},
-                    step=self.rl_step)
-        self.log_dict({"reward": means["reward/train_mean"]}, prog_bar=True, logger=False, on_step=True,
-                      batch_size=len(batch))
+            "rollout/real_share": (batch.source == SOURCE_REAL).float()})}
 
     def _policy_update(self, batch: RolloutBatch) -> dict:
         cfg = self.rl

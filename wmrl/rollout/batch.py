@@ -1,9 +1,8 @@
-"""The training batch that flows from the rollout DataModule through the callbacks into the module,
+"""The training batch that flows from the rollout DataModule through the step's stages (`wmrl.step`),
 and `make_batch`, which builds one from played trajectories.
 
-One row per trajectory. Callbacks run in `on_train_batch_start`, in order, and may rewrite
-`reward` and `reward_var` (debiasing) and `weight` (denoising); the module then computes group
-advantages from `reward` and `weight`.
+One row per trajectory. The corrections return new batches with `reward` and `reward_var` (debiasing)
+and `weight` (denoising) replaced; the update then computes group advantages from `reward` and `weight`.
 """
 from __future__ import annotations
 
