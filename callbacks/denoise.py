@@ -11,7 +11,7 @@ from lightning.pytorch import Callback
 from wmrl import distributed
 from wmrl.corrections import anchor_upweight_weights, inverse_variance_weights, within_group_residual_s2
 from wmrl.rl import group_reward_std
-from wmrl.rollout import SOURCE_REAL, RolloutBatch
+from wmrl.rollout import RolloutBatch, Source
 
 METHODS = ("anchor_upweight", "inverse_variance")
 
@@ -59,7 +59,7 @@ class DenoiseCallback(Callback):
     def __call__(self, batch: RolloutBatch) -> tuple[RolloutBatch, dict[str, float]]:
         """(the batch with its loss weights, a new batch; metrics)."""
         if self.method == "inverse_variance":
-            w = inverse_variance_weights(batch.reward_var, batch.source == SOURCE_REAL, self.sigma_floor,
+            w = inverse_variance_weights(batch.reward_var, batch.source == Source.REAL, self.sigma_floor,
                                          self.w_min, self.w_max, batch.valid,
                                          group_std=group_reward_std(batch.reward, batch.group_ids, batch.valid),
                                          pool=_over_ranks)

@@ -9,7 +9,7 @@ from lightning.pytorch import Callback
 
 from wmrl import distributed
 from wmrl.outcome import Status, render_observation
-from wmrl.rollout import RolloutBatch, TrajectoryRecord
+from wmrl.rollout import RolloutBatch, Source, TrajectoryRecord
 from wmrl.world_model import WMQuery, WorldModel, reward_fidelity
 
 
@@ -25,7 +25,7 @@ class WorldModelCallback(Callback):
     def __init__(self, world_model: WorldModel, suite, anchor_log: Path | None = None):
         self.world_model, self.suite, self.anchor_log = world_model, suite, anchor_log
         # turn-2 improvements (real reward of turn 2 > turn 1) by where turn 1's feedback came from
-        self.feedback = {"real": [0, 0], "wm": [0, 0]}  # observed -> [improved, trajectories]
+        self.feedback = {Source.REAL.word: [0, 0], Source.WM.word: [0, 0]}  # observed -> [improved, trajectories]
 
     def examples(self, records: list[TrajectoryRecord]) -> list:
         """[(WMQuery, Outcome)] of every executed program, with the history its trajectory had."""
@@ -38,7 +38,7 @@ class WorldModelCallback(Callback):
             for turn in rec.turns:
                 o = turn.judgement.real
                 if o.status is not Status.INFRA_ERROR:
-                    out.append((WMQuery(task.name, task.descriptor(), turn.program, history, task.metric), o))
+                    out.append((WMQuery(task.name, task.descriptor(), turn.program, history, task.metric, task.interface), o))
                 history = (history + "\n" + turn.judgement.observation).strip()
         return out
 
@@ -67,12 +67,12 @@ class WorldModelCallback(Callback):
                         j = t.judgement
                         f.write(json.dumps({"step": step, "task": r.task, "action_class": t.action_class,
                                             "wm_reward": j.wm_reward, "wm_var": j.wm_var, "real_reward": j.real.reward,
-                                            "real_status": j.real.status.value, "wm_status": j.wm_status}) + "\n")
+                                            "real_status": j.real.status.value, "wm_status": j.wm_status.value}) + "\n")
         js = [t.judgement for t in turns]
         out = reward_fidelity([j.wm_reward for j in js], [j.wm_var for j in js], [j.real.reward for j in js],
-                              [j.wm_status for j in js], [j.real.status.value for j in js])
+                              [j.wm_status for j in js], [j.real.status for j in js])
         # predicted feedback against the real one: does a predicted failure name the error that happened?
-        both_failed = [j for j in js if j.wm_status == j.real.status.value and j.real.status in FAILURES]
+        both_failed = [j for j in js if j.wm_status is j.real.status and j.real.status in FAILURES]
         if both_failed:
             same = [_error_type(j.wm_observation) == _error_type(render_observation(j.real)) for j in both_failed]
             out["wm/obs_error_type_agree"] = sum(same) / len(same)
@@ -85,8 +85,8 @@ class WorldModelCallback(Callback):
             if not (ok and rec.executed and len(rec.turns) >= 2):
                 continue
             first, second = rec.turns[0].judgement, rec.turns[1].judgement
-            if first.observed in self.feedback:
-                counts = self.feedback[first.observed]
+            if first.observed is not None:
+                counts = self.feedback[first.observed.word]
                 counts[0] += second.real.reward > first.real.reward
                 counts[1] += 1
         return {f"feedback/improve_rate_{src}_obs": c[0] / c[1] for src, c in self.feedback.items() if c[1]} | \

@@ -17,7 +17,7 @@ from typing import Sequence
 import torch
 from lightning.pytorch import Callback
 
-from wmrl.rollout import SOURCE_REAL, SOURCE_WM, RolloutBatch
+from wmrl.rollout import Source, RolloutBatch
 from wmrl.rl import group_advantages, policy_loss
 
 
@@ -65,7 +65,7 @@ def sample_batch(bandit: Bandit, logits: torch.Tensor, groups: int, group_size: 
         input_ids=arms[:, None], attention_mask=torch.ones(n, 1, dtype=torch.long), loss_mask=torch.ones(n, 1),
         old_logprobs=logp[arms][:, None], group_ids=group_ids, reward=torch.where(is_anchor, real, wm),
         real_reward=real, wm_reward=wm, wm_var=wm_std**2, reward_var=torch.where(is_anchor, 0.0, wm_std**2),
-        source=torch.where(is_anchor, SOURCE_REAL, SOURCE_WM), is_anchor=is_anchor,
+        source=torch.where(is_anchor, int(Source.REAL), int(Source.WM)), is_anchor=is_anchor,
         valid=torch.ones(n, dtype=torch.bool), weight=torch.ones(n),
         strata={"action_class": [bandit.arm_class[a] for a in arms.tolist()], "task": ["bandit"] * n},
     )

@@ -32,7 +32,7 @@ from wmrl.corrections import AnchorBudget, Debiaser  # noqa: E402
 from wmrl.module import WMRLModule  # noqa: E402
 from wmrl.outcome import Outcome, Status  # noqa: E402
 from wmrl.policy.model import build_policy  # noqa: E402
-from wmrl.rollout import SOURCE_REAL, SOURCE_WM, RolloutBatch  # noqa: E402
+from wmrl.rollout import Source, RolloutBatch  # noqa: E402
 from wmrl.rollout.types import Judgement, TrajectoryRecord, Turn  # noqa: E402
 from wmrl.world_model import make_world_model  # noqa: E402
 
@@ -63,14 +63,14 @@ def batch_of(step: int, groups: list[int]) -> RolloutBatch:
         f"def build():\n    return {cls}({i})\n", cls,
         Judgement(real=Outcome("toy", Status.VALID, "accuracy", value=r, pos=2 * r - 1 if r > 0.5 else 0.0,
                                reward=r) if g in ANCHORED else None,
-                  wm_reward=w, wm_var=0.01, wm_status="valid", observation="ok", observed="wm"))])
+                  wm_reward=w, wm_var=0.01, wm_status=Status.VALID, observation="ok", observed=Source.WM))])
                for i, (local, g, cls, r, w, _) in enumerate(rows)]
     b = RolloutBatch(
         input_ids=torch.tensor(np.stack([t for *_, t in rows])), attention_mask=torch.ones(n, T, dtype=torch.long),
         loss_mask=loss_mask, old_logprobs=torch.full((n, T), -4.0) * loss_mask,
         group_ids=torch.tensor([local for local, *_ in rows]), reward=torch.where(anchor, real, wm),
         real_reward=real, wm_reward=wm, wm_var=var, reward_var=torch.where(anchor, torch.zeros(n), var),
-        source=torch.where(anchor, SOURCE_REAL, SOURCE_WM), is_anchor=anchor, valid=torch.ones(n, dtype=torch.bool),
+        source=torch.where(anchor, int(Source.REAL), int(Source.WM)), is_anchor=anchor, valid=torch.ones(n, dtype=torch.bool),
         weight=torch.ones(n), strata={"task": ["toy"] * n, "action_class": [c for _, _, c, *_ in rows],
                                       "status": ["valid"] * n}, records=records,
         stats={"time/rollout_s": 0.0, "cost/real_executions": float(anchor.sum()), "cost/sandbox_slot_s": 0.0,

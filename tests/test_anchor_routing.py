@@ -10,6 +10,7 @@ import torch
 from wmrl.config import EnvConfig
 from wmrl.corrections import AnchorBudget
 from wmrl.env import Environment
+from wmrl.outcome import Status
 from wmrl.rollout import Judgement, Trajectory, Turn
 
 
@@ -22,7 +23,7 @@ def _env(**overrides) -> Environment:
 def _trajs(variances, classes=None, group_size=4):
     classes = classes or ["linear"] * len(variances)
     return [Trajectory("wine", i // group_size, [1], [0.0], [0.0], scored=True,
-                       turns=[Turn("p", c, Judgement(wm_reward=0.5 + 0.01 * i, wm_var=v, wm_status="valid"))])
+                       turns=[Turn("p", c, Judgement(wm_reward=0.5 + 0.01 * i, wm_var=v, wm_status=Status.VALID))])
             for i, (v, c) in enumerate(zip(variances, classes))]
 
 
@@ -102,7 +103,7 @@ class _WorldModel:
 def _rollout(sandbox, groups_selection="advantage", rate=0.125, events=None, lag=1):
     from wmrl.rollout.collect import Rollout, Sampling
 
-    task = SimpleNamespace(name="wine", prompt=lambda: "p", descriptor=lambda: "task=wine", metric="accuracy",
+    task = SimpleNamespace(name="wine", prompt=lambda: "p", descriptor=lambda: "task=wine", metric="accuracy", interface="estimator",
                            action_class=lambda program: "linear")
     suite = SimpleNamespace(get=lambda name: task)
     cfg = EnvConfig(mode="wm", warmup_steps=0, anchor_selection=groups_selection, anchor_rate=rate, guard=False,

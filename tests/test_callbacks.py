@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from callbacks import DebiasCallback, DenoiseCallback, correction_callbacks
-from wmrl.rollout import SOURCE_REAL, SOURCE_WM, RolloutBatch
+from wmrl.rollout import Source, RolloutBatch
 from wmrl.config import DenoiseConfig, load_config
 from wmrl.corrections import Debiaser
 
@@ -30,7 +30,7 @@ def make_batch(real, wm, wm_var, classes, anchor_groups, group_size=4, valid=Non
         loss_mask=torch.ones(n, 3), old_logprobs=torch.zeros(n, 3), group_ids=group_ids,
         reward=torch.where(is_anchor, real, wm), real_reward=real, wm_reward=wm,
         wm_var=torch.tensor(wm_var, dtype=torch.float32),
-        reward_var=torch.where(is_anchor, 0.0, torch.tensor(wm_var, dtype=torch.float32)), source=torch.where(is_anchor, SOURCE_REAL, SOURCE_WM),
+        reward_var=torch.where(is_anchor, 0.0, torch.tensor(wm_var, dtype=torch.float32)), source=torch.where(is_anchor, int(Source.REAL), int(Source.WM)),
         is_anchor=is_anchor, valid=torch.ones(n, dtype=torch.bool) if valid is None else torch.tensor(valid),
         weight=torch.ones(n), strata={"action_class": list(classes), "task": ["iris"] * n})
 
@@ -296,7 +296,7 @@ def test_each_turn_is_corrected_in_its_own_class_before_the_max():
         turns = []
         for k, (w, c) in enumerate(zip(wms, classes)):
             real = None if reals is None else Outcome("wine", Status.VALID, reward=reals[k], pos=2 * reals[k] - 1)
-            turns.append(Turn("p", c, Judgement(real=real, wm_reward=w, wm_var=0.001, wm_status="valid")))
+            turns.append(Turn("p", c, Judgement(real=real, wm_reward=w, wm_var=0.001, wm_status=Status.VALID)))
         return Trajectory("wine", group, [1, 2], [0, 1], [0.0, -1.0], turns=turns, executed=reals is not None,
                           scored=True)
 

@@ -168,7 +168,7 @@ def test_world_model_callback_trains_nothing_through_the_protocol(checkpoint):
 
     wm = make_world_model({"kind": "prompted", "model": str(checkpoint)}, seed=0)
     before = [p.clone() for p in wm.lm.model.parameters()]
-    task = SimpleNamespace(name="wine", descriptor=lambda: DESC, metric="accuracy")
+    task = SimpleNamespace(name="wine", descriptor=lambda: DESC, metric="accuracy", interface="estimator")
     cb = WorldModelCallback(wm, SimpleNamespace(get=lambda name: task))
     from wmrl.rollout.types import Judgement, TrajectoryRecord, Turn
 

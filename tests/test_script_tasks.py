@@ -134,8 +134,8 @@ def test_world_model_learns_from_script_programs(loan):
     from wmrl.world_model.ensemble import LearnedEnsembleWM
 
     outcome = Outcome(loan.name, Status.NO_VALID_OUTPUT, loan.metric, reward=0.2)
-    assert LearnedEnsembleWM._trainable(WMQuery(loan.name, loan.descriptor(), GOOD, "", loan.metric), outcome)
-    prose = WMQuery(loan.name, loan.descriptor(), "I would fit a forest.", "", loan.metric)
+    assert LearnedEnsembleWM._trainable(WMQuery(loan.name, loan.descriptor(), GOOD, "", loan.metric, loan.interface), outcome)
+    prose = WMQuery(loan.name, loan.descriptor(), "I would fit a forest.", "", loan.metric, loan.interface)
     assert not LearnedEnsembleWM._trainable(prose, outcome)  # decided by the precheck, as in the sandbox
 
 

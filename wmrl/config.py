@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -16,6 +17,37 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+
+class Choice(str, Enum):
+    """A config value from a closed set: the schema's type, so OmegaConf rejects anything else when it merges.
+    It compares, hashes, prints and serializes as its string (a member's name is its value)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+def _choice(name: str, values: str) -> type:
+    return Choice(name, {v: v for v in values.split()})
+
+
+SandboxBackend = _choice("SandboxBackend", "local ray")
+Isolation = _choice("Isolation", "auto bwrap unshare none")
+Cgroups = _choice("Cgroups", "auto require off")
+PolicyArch = _choice("PolicyArch", "qwen2 llama")
+LMBackend = _choice("LMBackend", "hf vllm")
+Loss = _choice("Loss", "grpo dr_grpo")
+ScaleRewards = _choice("ScaleRewards", "group batch none")
+EnvMode = _choice("EnvMode", "sandbox wm")
+AnchorSelection = _choice("AnchorSelection", "random uncertainty advantage")
+WorldModelKind = _choice("WorldModelKind", "learned prompted")
+WorldModelMode = _choice("WorldModelMode", "generate score")
+DebiasMethod = _choice("DebiasMethod", "isotonic offset")
+DenoiseMethod = _choice("DenoiseMethod", "anchor_upweight inverse_variance")
+EvalSplit = _choice("EvalSplit", "test val")
 
 
 def opt(default: Any, help: str) -> Any:
@@ -45,9 +77,9 @@ class RayConfig:
 
 @dataclass
 class SandboxConfig:
-    backend: str = opt("local", "where programs run: local (warm fork pool) | ray (warm pools in Ray actors)")
+    backend: SandboxBackend = opt(SandboxBackend.local, "where programs run: local (warm fork pool) | ray (warm pools in Ray actors)")
     slots: int = opt(0, "executions at once (split over DDP ranks); 0 = CPU cores (ray: the cluster's CPUs)")
-    isolation: str = opt("auto", "auto | bwrap | unshare | none (none must be asked for explicitly)")
+    isolation: Isolation = opt(Isolation.auto, "auto | bwrap | unshare | none (none must be asked for explicitly)")
     memory_mb: int = opt(2048, "address-space limit of one execution, MiB")
     max_procs: int = opt(32, "process/thread limit of one execution")
     max_file_mb: int = opt(64, "largest file an execution may write, MiB")
@@ -56,7 +88,7 @@ class SandboxConfig:
     retries: int = opt(1, "retries of an execution lost to the sandbox itself before infra_error")
     max_prediction_mb: int = opt(64, "largest predictions array accepted back from an execution, MiB")
     scratch_mb: int = opt(512, "size of each worker's private scratch tmpfs, MiB")
-    cgroups: str = opt("auto", "per-slot cgroups (memory incl. shm/memfd, CPU quota, pids): auto | require | off")
+    cgroups: Cgroups = opt(Cgroups.auto, "per-slot cgroups (memory incl. shm/memfd, CPU quota, pids): auto | require | off")
     cpus_per_slot: float = opt(1.0, "CPU quota of one slot, cores (cgroup); a slot gets its own core if slots <= cores")
     worker_memory_mb: int = opt(512, "memory of a slot's warm worker on top of memory_mb (the slot's cgroup limit)")
     ray: RayConfig = opt(RayConfig(), "the ray backend (each actor's pool has the local backend's isolation)")
@@ -65,7 +97,7 @@ class SandboxConfig:
 @dataclass
 class PolicyConfig:
     model: Optional[str] = opt(None, "Hugging Face id or local path; null = tiny model built from config")
-    arch: str = opt("qwen2", "architecture of the built-in policy: qwen2 | llama")
+    arch: PolicyArch = opt(PolicyArch.qwen2, "architecture of the built-in policy: qwen2 | llama")
     hidden_size: int = opt(128, "built-in policy: hidden size")
     layers: int = opt(4, "built-in policy: transformer layers")
     heads: int = opt(4, "built-in policy: attention heads")
@@ -89,7 +121,7 @@ class PolicyConfig:
 
 @dataclass
 class GenerationConfig:
-    backend: str = opt("hf", "hf (transformers generate, CPU or GPU) | vllm (GPU, optional extra)")
+    backend: LMBackend = opt(LMBackend.hf, "hf (transformers generate, CPU or GPU) | vllm (GPU, optional extra)")
     temperature: float = opt(1.0, "sampling temperature")
     top_p: float = opt(1.0, "nucleus sampling threshold")
     max_new_tokens: int = opt(96, "longest completion per turn, tokens")
@@ -105,8 +137,8 @@ class RolloutConfig:
 @dataclass
 class RLConfig:
     steps: int = opt(30, "training steps (rollout batches)")
-    loss: str = opt("grpo", "grpo (per-sequence token mean) | dr_grpo (constant normaliser)")
-    scale_rewards: str = opt("group", "advantage scale: group std | batch std | none")
+    loss: Loss = opt(Loss.grpo, "grpo (per-sequence token mean) | dr_grpo (constant normaliser)")
+    scale_rewards: ScaleRewards = opt(ScaleRewards.group, "advantage scale: group std | batch std | none")
     clip_eps: float = opt(0.2, "PPO clip range of the importance ratio")
     kl_beta: float = opt(0.0, "weight of the KL penalty to the frozen reference policy")
     updates_per_batch: int = opt(1, "optimizer updates per rollout batch")
@@ -120,10 +152,10 @@ class RLConfig:
 
 @dataclass
 class EnvConfig:
-    mode: str = opt("wm", "sandbox: every group executed | wm: world model with real anchors")
+    mode: EnvMode = opt(EnvMode.wm, "sandbox: every group executed | wm: world model with real anchors")
     anchor_rate: float = opt(0.25, "wm mode: share of groups (random) or trajectories (other selections) anchored")
     warmup_steps: int = opt(3, "wm mode: first steps executed for real to train the world model")
-    anchor_selection: str = opt("random", "random (whole groups) | uncertainty (WM variance) | advantage (|predicted A|)")
+    anchor_selection: AnchorSelection = opt(AnchorSelection.random, "random (whole groups) | uncertainty (WM variance) | advantage (|predicted A|)")
     anchor_floor: float = opt(0.2, "uncertainty/advantage: uniform share of the inclusion probability (bounds 1/p)")
     async_anchors: bool = opt(True, "wm mode: anchors execute in the background and train, with their groups, env.anchor_lag steps later")
     anchor_lag: int = opt(2, "async anchors: an anchor group trains this many steps after its own, executing "
@@ -145,7 +177,7 @@ class EnvConfig:
 
 @dataclass
 class WorldModelConfig:
-    kind: str = opt("learned", "learned (ensemble trained on executions) | prompted (a frozen causal LM asked, the paper's)")
+    kind: WorldModelKind = opt(WorldModelKind.learned, "learned (ensemble trained on executions) | prompted (a frozen causal LM asked, the paper's)")
     init: Optional[str] = opt(None, "learned: path of a fitted world model to start from")
     members: int = opt(4, "bootstrapped ensemble members")
     d_model: int = opt(64, "member width")
@@ -158,8 +190,8 @@ class WorldModelConfig:
     replay_size: int = opt(4096, "bounded replay of real executions")
     threads: int = opt(1, "torch threads while the WM predicts or trains (tiny matmuls: 1 is fastest); 0 = leave as is")
     model: Optional[str] = opt(None, "prompted: Hugging Face id or local path of the frozen LM; null = policy.model")
-    mode: str = opt("generate", "prompted: generate (a JSON answer, parsed strictly) | score (likelihood of each answer)")
-    backend: str = opt("hf", "prompted: hf (transformers, CPU or GPU) | vllm (GPU, optional extra)")
+    mode: WorldModelMode = opt(WorldModelMode.generate, "prompted: generate (a JSON answer, parsed strictly) | score (likelihood of each answer)")
+    backend: LMBackend = opt(LMBackend.hf, "prompted: hf (transformers, CPU or GPU) | vllm (GPU, optional extra)")
     quality_buckets: int = opt(5, "prompted: leaderboard position is asked as one of this many equal buckets")
     max_new_tokens: int = opt(64, "prompted, generate: longest answer, tokens")
     prompt_tokens: int = opt(1024, "prompted: longest prompt, tokens (the program's tail and oldest history cut first)")
@@ -168,7 +200,7 @@ class WorldModelConfig:
 
 @dataclass
 class DebiasConfig:
-    method: str = opt("isotonic", "isotonic (monotone map, the paper) | offset (weighted rectifier)")
+    method: DebiasMethod = opt(DebiasMethod.isotonic, "isotonic (monotone map, the paper) | offset (weighted rectifier)")
     min_pairs: int = opt(16, "isotonic: identity until this many anchor pairs")
     refit_every: int = opt(8, "isotonic: refit after this many new pairs")
     buffer_size: int = opt(512, "FIFO of anchor pairs")
@@ -182,7 +214,7 @@ class DebiasConfig:
 
 @dataclass
 class DenoiseConfig:
-    method: str = opt("inverse_variance", "anchor_upweight (the paper) | inverse_variance")
+    method: DenoiseMethod = opt(DenoiseMethod.inverse_variance, "anchor_upweight (the paper) | inverse_variance")
     c: float = opt(1.0, "anchor_upweight: w = clip(1 + c*s^2, 1, w_max)")
     ema: float = opt(0.9, "anchor_upweight: EMA factor of the residual s^2")
     sigma_floor: float = opt(0.05, "inverse_variance: real-execution noise floor (reward std)")
@@ -200,7 +232,7 @@ class CallbacksConfig:
 class EvalConfig:
     every_n_steps: int = opt(10, "evaluate on held-out tasks every N steps (and at the end)")
     samples_per_task: int = opt(96, "completions per held-out task (96 x 7 tasks: eval/real_reward to about +-0.03)")
-    split: str = opt("test", "split scored in evaluation: test (hidden) | val")
+    split: EvalSplit = opt(EvalSplit.test, "split scored in evaluation: test (hidden) | val")
     temperature: float = opt(1.0, "sampling temperature in evaluation")
     at_start: bool = opt(True, "also evaluate the warm-start policy before step 1")
 
@@ -281,8 +313,22 @@ def _resolve(tp: Any) -> Any:
     return tp
 
 
+def _choices_of(key: str) -> list[str]:
+    """The values a `Choice` key allows ([] for any other key)."""
+    schema: Any = Config
+    for part in key.split("."):
+        f = next((f for f in fields(schema) if f.name == part), None) if schema is not None else None
+        if f is None:
+            return []
+        tp = _resolve(f.type)
+        schema = _dataclass_of(tp)
+    return [m.value for m in tp] if isinstance(tp, type) and issubclass(tp, Choice) else []
+
+
 def _type_name(tp: Any) -> str:
     tp = _resolve(tp)
+    if isinstance(tp, type) and issubclass(tp, Choice):
+        return " | ".join(m.value for m in tp)
     if getattr(tp, "__args__", None):
         return str(tp).replace("typing.", "").replace("NoneType", "None")
     return getattr(tp, "__name__", str(tp))
@@ -335,6 +381,10 @@ def load_config(overrides: list[str] | None = None, experiment: str | None = Non
             raise ConfigError(f"unknown config key {key!r} (from {origin}); closest valid keys: {_closest(key)}") from None
         except ValidationError as e:
             key = e.full_key or str(e.key)
+            allowed = _choices_of(key)
+            if allowed:
+                raise ConfigError(f"config key {key!r} (from {origin}) must be one of {', '.join(allowed)}; "
+                                  f"got {OmegaConf.select(layer, key)!r}") from None
             want = next((t for k, t, _, _ in describe() if k == key), "?")
             raise ConfigError(f"config key {key!r} (from {origin}) expects {want}: {e.msg.splitlines()[0]}") from None
         except OmegaConfBaseException as e:
@@ -344,31 +394,11 @@ def load_config(overrides: list[str] | None = None, experiment: str | None = Non
     return cfg
 
 
-CHOICES = {
-    "sandbox.backend": ("local", "ray"),
-    "sandbox.isolation": ("auto", "bwrap", "unshare", "none"),
-    "sandbox.cgroups": ("auto", "require", "off"),
-    "policy.arch": ("qwen2", "llama"),
-    "generation.backend": ("hf", "vllm"),
-    "world_model.kind": ("learned", "prompted"),
-    "world_model.mode": ("generate", "score"),
-    "world_model.backend": ("hf", "vllm"),
-    "rl.loss": ("grpo", "dr_grpo"),
-    "rl.scale_rewards": ("group", "batch", "none"),
-    "env.mode": ("sandbox", "wm"),
-    "env.anchor_selection": ("random", "uncertainty", "advantage"),
-    "callbacks.debias.method": ("isotonic", "offset"),
-    "callbacks.denoise.method": ("anchor_upweight", "inverse_variance"),
-    "eval.split": ("test", "val"),
-}
 STRATA_KEYS = ("task", "action_class", "status")
 
 
 def _check_choices(cfg: DictConfig) -> None:
-    for key, allowed in CHOICES.items():
-        value = OmegaConf.select(cfg, key)
-        if value is not None and value not in allowed:
-            raise ConfigError(f"config key {key!r} must be one of {', '.join(allowed)}; got {value!r}")
+    """What the schema's types cannot say (closed sets are `Choice` types, checked when the layers merge)."""
     if cfg.callbacks.debias is not None:
         for k in cfg.callbacks.debias.stratify_by:
             if k not in STRATA_KEYS:
@@ -410,6 +440,7 @@ def defaults_yaml(schema: type = Config, indent: int = 0) -> str:
     pad = "  " * indent
     for f in fields(schema):
         default = f.default_factory() if f.default is MISSING else f.default
+        default = default.value if isinstance(default, Choice) else default
         inner = _dataclass_of(f.type)
         help_ = f.metadata.get("help", "")
         if inner is not None and default is not None:

@@ -24,7 +24,7 @@ from wmrl.background import BackgroundExecutions, BackgroundPool
 from wmrl.corrections import AnchorBudget, Debiaser
 from wmrl.rl import group_advantages
 from wmrl.outcome import Outcome, Status, render_observation
-from wmrl.rollout.types import Judgement, Trajectory, TurnItem
+from wmrl.rollout.types import Judgement, Source, Trajectory, TurnItem
 from wmrl.world_model import WMQuery, WorldModel
 
 @dataclass
@@ -106,7 +106,7 @@ class Environment:
             outcomes = self.collect(future, times)
             for i, o in zip(real_idx, outcomes):
                 out[i].real = o
-                out[i].observation, out[i].observed = render_observation(o), "real"
+                out[i].observation, out[i].observed = render_observation(o), Source.REAL
         return out
 
     def execute(self, items: Sequence[TurnItem], split: str):
@@ -139,7 +139,7 @@ class Environment:
         for item in items:
             task = self.suite.get(item.task)
             queries.append(WMQuery(task=task.name, descriptor=task.descriptor(), program=item.program,
-                                   history=item.history, metric=task.metric))
+                                   history=item.history, metric=task.metric, interface=task.interface))
         pred = self.wm.predict(queries)
         if pred.malformed is not None:
             times.wm_answers += int((~pred.prechecked).sum()) if pred.prechecked is not None else len(queries)
@@ -147,12 +147,12 @@ class Environment:
         for k, (item, j) in enumerate(zip(items, out)):
             j.wm_reward, j.wm_var = float(pred.reward_mean[k]), float(pred.reward_var[k])
             predicted = pred.outcome(k)
-            j.wm_status = predicted.status.value
+            j.wm_status = predicted.status
             if self.correction is not None and predicted.status is Status.VALID:
-                strata = {"task": [item.task], "action_class": [item.action_class], "status": [j.wm_status]}
+                strata = {"task": [item.task], "action_class": [item.action_class], "status": [j.wm_status.value]}
                 shown = float(self.correction.correct([j.wm_reward], self.correction.keys_of(strata))[0])
                 predicted.pos = min(1.0, max(0.0, (shown - 0.5) * 2.0))
                 value = self.wm.value_at(item.task, predicted.pos)  # the metric value matching the shown position
                 predicted.value = None if math.isnan(value) else value
             j.observation = j.wm_observation = render_observation(predicted)
-            j.observed = "wm"
+            j.observed = Source.WM

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from wmrl import distributed
-from wmrl.rollout import SOURCE_REAL, RolloutBatch
+from wmrl.rollout import RolloutBatch, Source
 from wmrl.rl import group_advantages, policy_loss, token_entropy
 from wmrl.seeding import stream_seed
 from wmrl.tracking import log_metrics
@@ -88,7 +88,7 @@ class WMRLModule(L.LightningModule):
         return {**stats, **_means_over_ranks({  # every rank's rows
             "reward/train_mean": batch.reward[valid], "reward/wm_raw_mean": batch.wm_reward[valid],
             "reward/real_mean": batch.real_reward[valid], "rollout/anchor_share": batch.is_anchor.float(),
-            "rollout/real_share": (batch.source == SOURCE_REAL).float()})}
+            "rollout/real_share": (batch.source == Source.REAL).float()})}
 
     def _policy_update(self, batch: RolloutBatch) -> dict:
         cfg = self.rl

@@ -11,7 +11,7 @@ import time
 import warnings
 from pathlib import Path
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -21,6 +21,19 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from wmrl import distributed, stop
+
+if TYPE_CHECKING:
+    from lightning.pytorch import Callback
+    from transformers import PreTrainedModel
+
+    from callbacks import CostCallback, EvaluationCallback
+    from datamodules.rollout import RolloutDataModule
+    from wmrl.corrections import Debiaser
+    from wmrl.env import Environment
+    from wmrl.module import WMRLModule
+    from wmrl.rollout.collect import Rollout
+    from wmrl.sandbox import Sandbox
+    from wmrl.tasks import TaskSuite
 from wmrl.outcome import Outcome, Status, render_observation
 from wmrl.world_model import WorldModel
 
@@ -112,19 +125,19 @@ def _quiet() -> None:
 class Parts:
     """Everything one run is made of, built from the config (and nothing started but the sandbox)."""
 
-    suite: Any
-    sandbox: Any
-    policy: Any
+    suite: "TaskSuite"
+    sandbox: "Sandbox"
+    policy: "PreTrainedModel"
     warm_start: dict
     world_model: WorldModel | None
-    debiaser: Any
-    env: Any
-    rollout: Any
-    data: Any
-    module: Any
-    callbacks: list  # in hook order: corrections, world model, cost, evaluation
-    cost: Any
-    evaluation: Any
+    debiaser: "Debiaser | None"
+    env: "Environment"
+    rollout: "Rollout"
+    data: "RolloutDataModule"
+    module: "WMRLModule"
+    callbacks: "list[Callback]"  # the step's stages (callbacks.step_of picks them by kind), then evaluation
+    cost: "CostCallback"
+    evaluation: "EvaluationCallback"
 
 
 def build(cfg: DictConfig, run_dir: Path, suite, wrap_world_model: Callable[[WorldModel], WorldModel] | None = None,
@@ -262,7 +275,7 @@ def train(cfg: DictConfig, wrap_world_model: Callable[[WorldModel], WorldModel] 
     if run_id is None:
         run_id_file.write_text(logger.run_id)
         (run_dir / TRACKING_URI_FILE).write_text(absolute_tracking_uri(cfg.logger.tracking_uri))
-        logger.log_hyperparams(_flatten(OmegaConf.to_container(cfg, resolve=True)))
+        logger.log_hyperparams(_flatten(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)))
         logger.experiment.log_text(logger.run_id, OmegaConf.to_yaml(cfg), "config.yaml")
         logger.experiment.set_tag(logger.run_id, "run_dir", str(run_dir.resolve()))
         logger.experiment.set_tag(logger.run_id, "warm_start", json.dumps(parts.warm_start))

@@ -12,10 +12,8 @@ from dataclasses import dataclass, field, fields
 import torch
 
 from wmrl.outcome import Status
-from wmrl.rollout.types import Trajectory, TrajectoryRecord
+from wmrl.rollout.types import Source, Trajectory, TrajectoryRecord
 
-SOURCE_REAL = 0  # reward came from a real execution (sandbox mode, warm-up, or an anchor group)
-SOURCE_WM = 1  # reward came from the world model only
 
 
 @dataclass
@@ -32,7 +30,7 @@ class RolloutBatch:
     wm_var: torch.Tensor  # [N] float; the world model's own reward variance, NaN where not scored
     reward_var: torch.Tensor  # [N] float; variance of `reward` as an estimate of the real reward:
     #   0 where executed, the WM's variance on WM-only rows until debiasing replaces it by the corrected one
-    source: torch.Tensor  # [N] long; SOURCE_REAL or SOURCE_WM
+    source: torch.Tensor  # [N] long; a `Source` per row (REAL or WM)
     is_anchor: torch.Tensor  # [N] bool; executed for real AND scored by the world model
     valid: torch.Tensor  # [N] bool; False for trajectories dropped from the loss (infra_error groups)
     weight: torch.Tensor  # [N] float; per-trajectory loss weight (denoising), 1 by default
@@ -75,7 +73,7 @@ class RolloutBatch:
     @property
     def wm_only(self) -> torch.Tensor:
         """Trajectories whose training reward comes from the world model alone."""
-        return (self.source == SOURCE_WM) & self.valid
+        return (self.source == Source.WM) & self.valid
 
     @property
     def anchor_pairs(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -115,7 +113,7 @@ def make_batch(trajs: list[Trajectory], pad_id: int, max_length: int) -> Rollout
                 t_real[i, k] = j.real.reward
         turn_strata["task"].append([t.task] * len(t.turns))
         turn_strata["action_class"].append([turn.action_class for turn in t.turns])
-        turn_strata["status"].append([j.wm_status if t.scored else (j.real.status.value if j.real is not None else "")
+        turn_strata["status"].append([_word(j.wm_status) if t.scored else _word(j.real and j.real.status)
                                       for j in judgements])
         if t.executed and t.group not in bad_groups:
             real[i] = max(j.real.reward for j in judgements)
@@ -123,12 +121,12 @@ def make_batch(trajs: list[Trajectory], pad_id: int, max_length: int) -> Rollout
             b = max(range(len(judgements)), key=lambda k: judgements[k].wm_reward)
             wm[i], var[i] = judgements[b].wm_reward, judgements[b].wm_var
             strata["action_class"].append(t.turns[b].action_class)
-            strata["status"].append(judgements[b].wm_status)
+            strata["status"].append(_word(judgements[b].wm_status))
         else:
             best = t.best_turn() if t.group not in bad_groups else 0
             real_best = judgements[best].real
             strata["action_class"].append(t.turns[best].action_class)
-            strata["status"].append(real_best.status.value if real_best is not None else "")
+            strata["status"].append(_word(real_best and real_best.status))
         strata["task"].append(t.task)
     executed = torch.tensor([t.executed for t in trajs])
     scored = torch.tensor([t.scored for t in trajs])
@@ -138,9 +136,14 @@ def make_batch(trajs: list[Trajectory], pad_id: int, max_length: int) -> Rollout
         input_ids=ids, attention_mask=attn, loss_mask=mask, old_logprobs=old,
         group_ids=torch.tensor([t.group for t in trajs]), reward=reward, real_reward=real, wm_reward=wm, wm_var=var,
         reward_var=torch.where(executed, torch.zeros(n), var),
-        source=torch.where(executed, SOURCE_REAL, SOURCE_WM), is_anchor=executed & scored, valid=valid,
+        source=torch.where(executed, int(Source.REAL), int(Source.WM)), is_anchor=executed & scored, valid=valid,
         weight=torch.ones(n), strata=strata, turn_wm_reward=t_wm, turn_wm_var=t_var, turn_real_reward=t_real,
         turn_strata=turn_strata, anchor_prob=torch.tensor([t.anchor_prob for t in trajs], dtype=torch.float32),
         records=[t.record() for t in trajs],
         stats={"rollout/dropped_groups": len(bad_groups)},
     )
+
+
+def _word(status: Status | None) -> str:
+    """A status as the strata spell it ("" for none)."""
+    return "" if status is None else status.value

@@ -5,8 +5,25 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from enum import IntEnum
 
-from wmrl.outcome import Outcome
+from wmrl.outcome import Outcome, Status
+
+
+class Source(IntEnum):
+    """Where a reward or an observation came from (an int: a batch keeps one per row in a tensor)."""
+
+    REAL = 0  # a real execution (sandbox mode, warm-up, an anchor)
+    WM = 1  # the world model's prediction
+
+    @property
+    def word(self) -> str:
+        """How records and metric names spell it: real, wm."""
+        return self.name.lower()
+
+    @classmethod
+    def of_word(cls, word: str) -> "Source":
+        return cls[word.upper()]
 
 
 @dataclass
@@ -27,16 +44,17 @@ class Judgement:
     real: Outcome | None = None  # executed outcome (None when not executed)
     wm_reward: float = math.nan  # world-model reward mean (NaN when not scored)
     wm_var: float = math.nan  # world-model reward variance (NaN when not scored)
-    wm_status: str = ""  # the world model's predicted status ("" when not scored)
+    wm_status: Status | None = None  # the world model's predicted status (None when not scored)
     observation: str = ""  # the feedback the agent reads next turn
-    observed: str = ""  # where that feedback came from: "real" (the execution) or "wm" (the world model's prediction)
+    observed: Source | None = None  # where that feedback came from (None before the environment answered)
     wm_observation: str = ""  # the world model's predicted feedback (when scored), shown or not
 
     def to_dict(self) -> dict:
         return {"real": None if self.real is None else self.real.to_dict(),
                 "wm_reward": None if math.isnan(self.wm_reward) else self.wm_reward,
                 "wm_var": None if math.isnan(self.wm_var) else self.wm_var,
-                "wm_status": self.wm_status, "observation": self.observation, "observed": self.observed,
+                "wm_status": None if self.wm_status is None else self.wm_status.value, "observation": self.observation,
+                "observed": None if self.observed is None else self.observed.word,
                 "wm_observation": self.wm_observation}
 
     @classmethod
@@ -44,7 +62,8 @@ class Judgement:
         return cls(real=None if d["real"] is None else Outcome.from_dict(d["real"]),
                    wm_reward=math.nan if d["wm_reward"] is None else d["wm_reward"],
                    wm_var=math.nan if d["wm_var"] is None else d["wm_var"],
-                   wm_status=d["wm_status"], observation=d["observation"], observed=d["observed"],
+                   wm_status=None if d["wm_status"] is None else Status(d["wm_status"]), observation=d["observation"],
+                   observed=None if d["observed"] is None else Source.of_word(d["observed"]),
                    wm_observation=d["wm_observation"])
 
 

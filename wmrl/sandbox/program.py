@@ -59,11 +59,6 @@ def extract_program(completion: str) -> str:
 _SCRIPT_MARK = re.compile(r"submission")
 
 
-def interface_of(descriptor: str) -> str:
-    """The interface a task descriptor names (`interface=script`), estimator by default."""
-    return "script" if "interface=script" in descriptor.split() else "estimator"
-
-
 @contextmanager
 def collector_paused():
     """No cyclic garbage collection while a syntax tree is built and walked: its nodes hold no cycles, and a

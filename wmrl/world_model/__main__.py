@@ -19,25 +19,25 @@ from wmrl.world_model.base import WMQuery
 
 def examples_from_log(rows: list[dict], task_cfg=None) -> list[tuple[WMQuery, Outcome]]:
     """(query, outcome) pairs of an execution log's rows (see wmrl.sandbox.log.read_log)."""
-    descriptors: dict[str, str] = {}
+    known: dict[str, tuple[str, str]] = {}  # task -> (descriptor, interface) from this install's suite
 
-    def descriptor(task: str, meta: dict) -> str:
-        if meta.get("descriptor"):
-            return meta["descriptor"]
-        if task not in descriptors:
+    def task_info(task: str) -> tuple[str, str]:
+        if task not in known:
             try:
                 from wmrl.tasks import load_suite
-                descriptors[task] = load_suite(task_cfg).get(task).descriptor()
+                t = load_suite(task_cfg).get(task)
+                known[task] = t.descriptor(), t.interface
             except Exception:  # a task this install does not know: its name still helps
-                descriptors[task] = f"task={task}"
-        return descriptors[task]
+                known[task] = f"task={task}", "estimator"
+        return known[task]
 
     out = []
     for row in rows:
         outcome = Outcome.from_dict(row["outcome"])
         meta = row.get("meta") or {}
-        query = WMQuery(task=row["task"], descriptor=descriptor(row["task"], meta), program=row["program"],
-                        history=meta.get("history", "") or "", metric=outcome.metric)
+        descriptor, interface = task_info(row["task"])
+        query = WMQuery(task=row["task"], descriptor=meta.get("descriptor") or descriptor, program=row["program"],
+                        history=meta.get("history", "") or "", metric=outcome.metric, interface=interface)
         out.append((query, outcome))
     return out
 

@@ -16,7 +16,6 @@ import torch
 from collections import deque
 
 from wmrl.outcome import LADDER, PREDICTED_STATUSES, Outcome, Status, error_line, render_observation
-from wmrl.sandbox.program import interface_of
 from wmrl.world_model.static import decided_status
 
 N_STATUS = len(PREDICTED_STATUSES)
@@ -34,6 +33,7 @@ class WMQuery:
     program: str
     history: str = ""  # earlier turns' observations
     metric: str = ""  # metric name shown in the predicted observation
+    interface: str = "estimator"  # what the program must define: estimator (build()) | script (writes a submission)
 
 
 def reward_moments(status_probs: torch.Tensor, pos_mean: torch.Tensor, pos_var: torch.Tensor
@@ -140,7 +140,7 @@ def precheck_queries(queries: Sequence[WMQuery]) -> tuple[torch.Tensor, torch.Te
     probs, reward = torch.zeros(b, N_STATUS), torch.zeros(b)
     decided, errors = torch.zeros(b, dtype=torch.bool), [""] * b
     for i, q in enumerate(queries):
-        status, detail = decided_status(q.program, interface_of(q.descriptor))  # syntax, malformed, names, imports
+        status, detail = decided_status(q.program, q.interface)  # syntax, malformed, names, imports
         if status is not None:  # exact, zero variance
             probs[i], reward[i] = prechecked_prediction(status)
             decided[i], errors[i] = True, error_line(detail)

@@ -19,7 +19,6 @@ import torch.nn.functional as F
 from wmrl.config import Config, WorldModelConfig
 from wmrl.outcome import PREDICTED_STATUSES, Outcome, Status, error_line
 from wmrl.tasks.action import action_class
-from wmrl.sandbox.program import interface_of
 from wmrl.world_model.base import (N_STATUS, VALID_INDEX, ValueTable, WMPrediction, WMQuery, precheck_queries,
                                    reward_moments)
 from wmrl.world_model.model import EnsembleEncoder
@@ -221,7 +220,7 @@ class LearnedEnsembleWM:
             return False
         if o.status is Status.VALID and (o.pos is None or not math.isfinite(o.pos)):
             return False
-        return decided_status(q.program, interface_of(q.descriptor))[0] is None
+        return decided_status(q.program, q.interface)[0] is None
 
     def _tensors(self, examples: list[tuple[WMQuery, Outcome]]) -> dict[str, torch.Tensor]:
         seqs = self.encode([q for q, _ in examples])

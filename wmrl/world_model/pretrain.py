@@ -77,7 +77,7 @@ def pretrain(cfg, per_task: int = 24, epochs: int = 20, logs: list[str] = (), se
             continue
         # half the corpus as second turns: the feedback of the task's previous program as history
         history = last_obs.get(task.name, "") if len(examples) % 2 else ""
-        examples.append((WMQuery(task.name, task.descriptor(), src, history, task.metric), outcome))
+        examples.append((WMQuery(task.name, task.descriptor(), src, history, task.metric, task.interface), outcome))
         last_obs[task.name] = render_observation(outcome)
     for log in logs:  # earlier runs: their training-task rows only, never a held-out task
         examples += [(q, o) for q, o in examples_from_log(read_log(log), cfg.task) if q.task in train_names]

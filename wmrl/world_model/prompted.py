@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 import torch
@@ -141,13 +141,13 @@ class PromptedLMWM:
 
     def prompt_ids(self, q: WMQuery) -> list[int]:
         """The prompt's tokens, within `prompt_tokens`: the oldest history goes first, then the program's tail."""
-        room = self.cfg["prompt_tokens"] - len(self._ids(WMQuery(q.task, q.descriptor, "", "", q.metric)))
+        room = self.cfg["prompt_tokens"] - len(self._ids(replace(q, program="", history="")))
         prog = self.tok(q.program, add_special_tokens=False)["input_ids"]
         hist = self.tok(q.history, add_special_tokens=False)["input_ids"] if q.history else []
         if len(prog) + len(hist) > room:
             prog = prog[:max(room, 0)]
             hist = hist[len(hist) - max(0, room - len(prog)):] if room > len(prog) else []
-            q = WMQuery(q.task, q.descriptor, self.tok.decode(prog), self.tok.decode(hist), q.metric)
+            q = replace(q, program=self.tok.decode(prog), history=self.tok.decode(hist))
         return self._ids(q)
 
     def _answer_ids(self) -> tuple[list[int], list[list[int]], list[list[int]], list[int]]:
