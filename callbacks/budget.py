@@ -7,7 +7,7 @@ import torch
 from lightning.pytorch import Callback
 
 from wmrl import distributed
-from wmrl.corrections import AnchorBudget
+from wmrl.anchoring import AnchorBudget
 from wmrl.rollout import RolloutBatch
 
 

@@ -28,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from callbacks import AnchorBudgetCallback, CostCallback, DebiasCallback, DenoiseCallback, WorldModelCallback  # noqa: E402
 from callbacks.checkpoint import StepCheckpoint  # noqa: E402
 from wmrl.config import DebiasConfig, DenoiseConfig, EnvConfig, PolicyConfig, RLConfig, WorldModelConfig  # noqa: E402
-from wmrl.corrections import AnchorBudget, Debiaser  # noqa: E402
+from wmrl.anchoring import AnchorBudget  # noqa: E402
+from wmrl.corrections import Debiaser  # noqa: E402
 from wmrl.module import WMRLModule  # noqa: E402
 from wmrl.outcome import Outcome, Status  # noqa: E402
 from wmrl.policy.model import build_policy  # noqa: E402

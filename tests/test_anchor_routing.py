@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from wmrl.config import EnvConfig
-from wmrl.corrections import AnchorBudget
+from wmrl.anchoring import AnchorBudget
 from wmrl.env import Environment
 from wmrl.outcome import Status
 from wmrl.rollout import Judgement, Trajectory, Turn

@@ -4,7 +4,7 @@ import pytest
 
 from wmrl.corrections import Debiaser
 from wmrl.fidelity import fidelity
-from wmrl.corrections.anchors import (adaptive_anchor_rate, anchor_scores, inclusion_probabilities,
+from wmrl.anchoring.selection import (adaptive_anchor_rate, anchor_scores, inclusion_probabilities,
                                       select_anchors)
 
 

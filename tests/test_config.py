@@ -160,7 +160,7 @@ def test_every_knob_that_changes_results_is_in_the_schema_and_reaches_its_object
     """guard z / min pairs, the adaptive rate's MAE scale / min pairs, a stratum's own min pairs and the strata
     table's period were constructor defaults no config could reach."""
     from callbacks import correction_callbacks
-    from wmrl.corrections import AnchorBudget
+    from wmrl.anchoring import AnchorBudget
 
     cfg = load_config(["env.guard_z=2.5", "env.guard_min_pairs=3", "env.adaptive_mae_scale=0.4",
                        "env.adaptive_min_pairs=5", "callbacks.debias.min_stratum_pairs=7", "callbacks.debias.table_every=2"])

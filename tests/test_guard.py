@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from wmrl.corrections.guard import RewardHackingGuard
+from wmrl.anchoring.guard import RewardHackingGuard
 
 CLASSES = ["linear", "forest", "boost", "hack"]
 

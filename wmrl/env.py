@@ -21,7 +21,8 @@ import torch
 
 from wmrl import stop
 from wmrl.background import BackgroundExecutions, BackgroundPool
-from wmrl.corrections import AnchorBudget, Debiaser
+from wmrl.anchoring import AnchorBudget, choose_anchor_groups
+from wmrl.corrections import Debiaser
 from wmrl.rl import group_advantages
 from wmrl.outcome import Outcome, Status, render_observation
 from wmrl.rollout.types import Judgement, Source, Trajectory, TurnItem
@@ -36,16 +37,6 @@ class EnvTimes:
     infra_errors: int = 0
     wm_answers: int = 0  # programs a language-model world model answered (not decided by the checks)
     wm_malformed: int = 0  # of those, answers that did not parse
-
-
-def choose_anchors(n_groups: int, rate: float, rng: random.Random) -> list[bool]:
-    """Random anchor groups, rate * n of them in expectation: floor(rate * n), plus one more with probability
-    equal to the fraction left. Rounding instead spent 2 of 6 groups (33 %) at rate 0.25 on every step."""
-    expected = min(float(n_groups), max(0.0, rate * n_groups))
-    k = math.floor(expected)
-    k += rng.random() < expected - k
-    chosen = set(rng.sample(range(n_groups), k))
-    return [g in chosen for g in range(n_groups)]
 
 
 class Environment:
@@ -67,7 +58,7 @@ class Environment:
             return [True] * n_groups, [False] * n_groups
         if self.budget.per_trajectory:  # chosen after the world model scored them
             return [False] * n_groups, [True] * n_groups
-        return choose_anchors(n_groups, self.budget.rate, rng), [True] * n_groups
+        return choose_anchor_groups(n_groups, self.budget.rate, rng), [True] * n_groups
 
     def after_scoring(self, trajs: list[Trajectory], rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """(execute now, inclusion probability) per trajectory, once the world model scored them:

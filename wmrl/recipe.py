@@ -147,7 +147,7 @@ def build(cfg: DictConfig, run_dir: Path, suite, wrap_world_model: Callable[[Wor
     `rank`, `world`: this process under DDP: it rolls out its share of each step's groups with its share of
     the sandbox slots; rank 0 alone evaluates and writes the anchor log."""
     from callbacks import AnchorBudgetCallback, CostCallback, EvaluationCallback, WorldModelCallback, correction_callbacks
-    from wmrl.corrections import AnchorBudget
+    from wmrl.anchoring import AnchorBudget
     from datamodules.rollout import RolloutDataModule
     from wmrl.env import Environment
     from wmrl.evaluate import Evaluator

@@ -8,9 +8,9 @@ from collections import deque
 
 import numpy as np
 
-from wmrl.corrections.anchors import adaptive_anchor_rate, anchor_scores, select_anchors
+from wmrl.anchoring.selection import adaptive_anchor_rate, anchor_scores, select_anchors
 from wmrl.config import EnvConfig  # defaults live in the schema
-from wmrl.corrections.guard import RewardHackingGuard
+from wmrl.anchoring.guard import RewardHackingGuard
 from wmrl.fidelity import fidelity
 
 

@@ -13,6 +13,7 @@ that miss), fewer once it is good.
 from __future__ import annotations
 
 import math
+import random
 
 import numpy as np
 
@@ -103,3 +104,13 @@ def adaptive_anchor_rate(fidelity: dict, rate_min: float, rate_max: float, mae_s
     if not math.isnan(cov):
         q *= float(np.clip(cov / nominal_coverage, 0, 1))
     return float(rate_max - q * (rate_max - rate_min))
+
+
+def choose_anchor_groups(n_groups: int, rate: float, rng: random.Random) -> list[bool]:
+    """Random anchor groups, rate * n of them in expectation: floor(rate * n), plus one more with probability
+    equal to the fraction left. Rounding instead spent 2 of 6 groups (33 %) at rate 0.25 on every step."""
+    expected = min(float(n_groups), max(0.0, rate * n_groups))
+    k = math.floor(expected)
+    k += rng.random() < expected - k
+    chosen = set(rng.sample(range(n_groups), k))
+    return [g in chosen for g in range(n_groups)]
