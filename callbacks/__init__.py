@@ -37,13 +37,13 @@ def correction_callbacks(cfg: Any) -> tuple[Debiaser | None, list[Callback]]:
 
 
 def step_of(callbacks: list, update: Observer) -> Step:
-    """The step of a trainer's callbacks: each stage is the callback of its kind, if there is one (at most
-    one of each); the order is the step's, whatever the list's."""
+    """The step made of `callbacks` (those the trainer runs): each stage is the callback of its kind, if there
+    is one (at most one of each); the order is the step's, whatever the list's."""
     found: dict[str, Any] = {}
     for cb in callbacks:
         for name, kind in STAGE_CALLBACKS.items():
             if isinstance(cb, kind):
                 if name in found:
-                    raise ValueError(f"two {kind.__name__}s among the trainer's callbacks: a step has one {name} stage")
+                    raise ValueError(f"two {kind.__name__}s among the callbacks: a step has one {name} stage")
                 found[name] = cb
     return Step(update=update, **found)

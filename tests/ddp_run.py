@@ -25,7 +25,8 @@ from lightning.pytorch.loggers import Logger
 from torch.utils.data import DataLoader, IterableDataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from callbacks import AnchorBudgetCallback, CostCallback, DebiasCallback, DenoiseCallback, WorldModelCallback  # noqa: E402
+from callbacks import (AnchorBudgetCallback, CostCallback, DebiasCallback, DenoiseCallback, WorldModelCallback,  # noqa: E402
+                       step_of)
 from callbacks.checkpoint import StepCheckpoint  # noqa: E402
 from wmrl.config import DebiasConfig, DenoiseConfig, EnvConfig, PolicyConfig, RLConfig, WorldModelConfig  # noqa: E402
 from wmrl.anchoring import AnchorBudget  # noqa: E402
@@ -177,6 +178,7 @@ def main() -> None:
     recorder = Recorder()
     callbacks = [DebiasCallback(debiaser), denoise, WorldModelCallback(wm, Suite()), AnchorBudgetCallback(budget),
                  CostCallback(), StepCheckpoint(Path(args.out) / "ckpt")]
+    module.step = step_of(callbacks, update=module.update)
     if args.stop_after:
         callbacks.append(StopAfter(args.stop_after))
     trainer = L.Trainer(accelerator="cpu", devices=args.devices, strategy="ddp" if args.devices > 1 else "auto",

@@ -141,6 +141,10 @@ def test_every_preset_builds_the_parts_it_names(name, tmp_path, session_cache):
         for cb in parts.callbacks:
             if isinstance(cb, DebiasCallback):
                 assert cb.debiaser is parts.debiaser
+        step = parts.module.step  # the module's step is made of these very callbacks, one per stage
+        stages = [step.debias, step.denoise, step.world_model, step.anchor_budget, step.cost]
+        assert {id(s) for s in stages if s is not None} == {id(c) for c in parts.callbacks if not isinstance(c, EvaluationCallback)}
+        assert step.update == parts.module.update
         assert parts.module.policy is parts.policy and parts.rollout.generator.model is parts.policy
         assert parts.data.steps == cfg.rl.steps and parts.suite.train_tasks() and parts.suite.eval_tasks()
     finally:

@@ -2,7 +2,7 @@
 
 `training_step` runs the step: the corrections, then the GRPO update (`update`, from the corrected
 `batch.reward` and `batch.weight`), world-model training, the anchor budget and the cost, in that order;
-each stage but the update is the callback of its kind among the trainer's (`callbacks.step_of`). Every
+each stage but the update is a callback the recipe hands over (`callbacks.step_of`). Every
 metric of the step is logged once, at the RL step.
 Under DDP each rank holds its share of the step's groups: the loss is a mean over every rank's valid
 trajectories and the gradient is summed over ranks, so the update is the one a single process would
@@ -22,6 +22,7 @@ from wmrl import distributed
 from wmrl.rollout import RolloutBatch, Source
 from wmrl.rl import group_advantages, policy_loss, token_entropy
 from wmrl.seeding import stream_seed
+from wmrl.step import Step
 from wmrl.tracking import log_metrics
 
 
@@ -49,6 +50,7 @@ class WMRLModule(L.LightningModule):
         self.ref_policy = copy.deepcopy(policy).eval().requires_grad_(False) if rl.kl_beta > 0 else None
         self.automatic_optimization = False
         self.rl_step = 0  # RL steps trained (one per rollout batch, whatever the optimizer did)
+        self.step = Step(update=self.update)  # the recipe gives it its other stages (`callbacks.step_of`)
 
     def configure_optimizers(self):
         # only what trains: every weight, or the LoRA adapters (policy.lora_rank)
@@ -66,11 +68,6 @@ class WMRLModule(L.LightningModule):
 
     def transfer_batch_to_device(self, batch, device, dataloader_idx):
         return batch.to(device) if isinstance(batch, RolloutBatch) else super().transfer_batch_to_device(batch, device, dataloader_idx)
-
-    def on_fit_start(self) -> None:
-        from callbacks import step_of
-
-        self.step = step_of(self.trainer.callbacks, update=self.update)
 
     def training_step(self, batch: RolloutBatch, batch_idx: int):
         batch, metrics = self.step(batch)

@@ -146,7 +146,7 @@ def build(cfg: DictConfig, run_dir: Path, suite, wrap_world_model: Callable[[Wor
     `wrap_world_model`: a scenario installed around the world model (benchmarks: a biased one).
     `rank`, `world`: this process under DDP: it rolls out its share of each step's groups with its share of
     the sandbox slots; rank 0 alone evaluates and writes the anchor log."""
-    from callbacks import AnchorBudgetCallback, CostCallback, EvaluationCallback, WorldModelCallback, correction_callbacks
+    from callbacks import AnchorBudgetCallback, CostCallback, EvaluationCallback, WorldModelCallback, correction_callbacks, step_of
     from wmrl.anchoring import AnchorBudget
     from datamodules.rollout import RolloutDataModule
     from wmrl.env import Environment
@@ -189,10 +189,12 @@ def build(cfg: DictConfig, run_dir: Path, suite, wrap_world_model: Callable[[Wor
         callbacks.append(WorldModelCallback(world_model, suite, anchor_log=run_dir / "anchor_pairs.jsonl" if rank == 0 else None))
         callbacks.append(AnchorBudgetCallback(budget))
     cost = CostCallback()
+    callbacks.append(cost)
+    module.step = step_of(callbacks, update=module.update)  # the step's order is Step's, not this list's
     evaluation = EvaluationCallback(Evaluator(rollout, eval_tasks, cfg.eval, cfg.logger.samples_per_eval), sync,
                                     cfg.eval.every_n_steps, cfg.rl.steps, at_start=cfg.eval.at_start)
     return Parts(suite, sandbox, policy, warm, world_model, debiaser, env, rollout, data, module,
-                 [*callbacks, cost, *([evaluation] if rank == 0 else [])], cost, evaluation)
+                 [*callbacks, *([evaluation] if rank == 0 else [])], cost, evaluation)
 
 
 def trainer_threads(cfg: DictConfig, world: int) -> int:
