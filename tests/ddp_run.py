@@ -145,7 +145,7 @@ class StopAfter(Callback):
 
 
 class Toy:
-    name, metric = "toy", "accuracy"
+    name, metric, interface = "toy", "accuracy", "estimator"
 
     def descriptor(self):
         return "task=toy kind=classification n=100 d=4 metric=accuracy"

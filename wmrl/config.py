@@ -30,6 +30,18 @@ class Choice(str, Enum):
         return format(self.value, spec)
 
 
+def plain(x: Any) -> Any:
+    """`x` with every `Choice` inside (dicts, lists) as its plain string: what goes into a checkpoint, which
+    `torch.load(weights_only=True)` reads back without the schema's classes."""
+    if isinstance(x, Choice):
+        return x.value
+    if isinstance(x, dict):
+        return {k: plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(plain(v) for v in x)
+    return x
+
+
 def _choice(name: str, values: str) -> type:
     return Choice(name, {v: v for v in values.split()})
 

@@ -38,7 +38,7 @@ class Debiaser:
                  min_stratum_pairs: int = DebiasConfig.min_stratum_pairs):
         if method not in METHODS:
             raise ValueError(f"debias method must be one of {METHODS}; got {method!r}")
-        self.method, self.stratify_by, self.kappa = method, tuple(stratify_by), float(kappa)
+        self.method, self.stratify_by, self.kappa = str(method), tuple(map(str, stratify_by)), float(kappa)
         self.min_pairs, self.refit_every, self.buffer_size = min_pairs, refit_every, buffer_size
         self.half_life, self.min_stratum_pairs = half_life, min_stratum_pairs
         self.global_fit = self._new_fit(min_pairs)

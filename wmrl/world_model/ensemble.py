@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from wmrl.config import Config, WorldModelConfig
+from wmrl.config import Config, WorldModelConfig, plain
 from wmrl.outcome import PREDICTED_STATUSES, Outcome, Status, error_line
 from wmrl.tasks.action import action_class
 from wmrl.world_model.base import (N_STATUS, VALID_INDEX, ValueTable, WMPrediction, WMQuery, precheck_queries,
@@ -76,7 +76,7 @@ class LearnedEnsembleWM:
     kind = "ensemble"
 
     def __init__(self, cfg: Any = None, seed: int = Config.seed, tokenizer_json: str | None = None):
-        self.cfg = asdict(world_model_config(cfg))
+        self.cfg = plain(asdict(world_model_config(cfg)))  # plain strings: checkpointed
         c = self.cfg
         if c["members"] < 1:
             raise ValueError("world_model.members must be >= 1")

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from wmrl.config import plain
 from wmrl.outcome import PREDICTED_STATUSES, Outcome, Status, error_line
 from wmrl.world_model.base import N_STATUS, ValueTable, WMPrediction, WMQuery, precheck_queries, reward_moments
 from wmrl.world_model.lm import FrozenLM
@@ -112,7 +113,7 @@ class PromptedLMWM:
     def __init__(self, cfg: Any, lm: FrozenLM):
         from wmrl.world_model.ensemble import world_model_config
 
-        self.cfg = asdict(world_model_config(cfg))
+        self.cfg = plain(asdict(world_model_config(cfg)))  # plain strings: checkpointed
         self.lm, self.tok = lm, lm.tokenizer
         self.buckets = self.cfg["quality_buckets"]
         self.table = ValueTable()  # task -> its metric's name and (pos, value) of real valid executions
