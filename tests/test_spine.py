@@ -165,3 +165,18 @@ def test_the_method_imports_the_research_domain_only_where_the_seam_is_still_to_
         if found:
             edges[path.relative_to(ROOT).as_posix()] = found
     assert edges == KNOWN_EDGES
+
+
+def test_collection_does_not_reach_into_the_updates_math():
+    """The rollout side (environment, rollout loop) runs before the update: it may use what the update's stages
+    fitted (the debiaser, handed over), never import their math; routing predicts advantages through anchoring."""
+    bad = []
+    for path in [ROOT / "wmrl" / "env.py", *_files("wmrl/rollout")]:
+        tree = ast.parse(path.read_text())
+        typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+                       and getattr(node.test, "id", "") == "TYPE_CHECKING" for n in ast.walk(node)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and id(node) not in typing_only and node.module \
+                    and node.module.startswith(("wmrl.rl", "wmrl.corrections")):
+                bad.append(f"{path.relative_to(ROOT)} imports {node.module}")
+    assert bad == []

@@ -14,19 +14,21 @@ import math
 import random
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import torch
 
 from wmrl import stop
 from wmrl.background import BackgroundExecutions, BackgroundPool
-from wmrl.anchoring import AnchorBudget, choose_anchor_groups
-from wmrl.corrections import Debiaser
-from wmrl.rl import group_advantages
+from wmrl.anchoring import AnchorBudget, choose_anchor_groups, predicted_advantage
 from wmrl.outcome import Outcome, Status, render_observation
 from wmrl.rollout.types import Judgement, Source, Trajectory, TurnItem
 from wmrl.world_model import WMQuery, WorldModel
+
+if TYPE_CHECKING:
+    from wmrl.corrections import Debiaser  # collection uses the fit, never the corrections' math
+
 
 @dataclass
 class EnvTimes:
@@ -72,7 +74,7 @@ class Environment:
             wm = torch.tensor([max(turn.judgement.wm_reward for turn in t.turns) for t in trajs])
             var = np.array([t.turns[int(np.argmax([turn.judgement.wm_reward for turn in t.turns]))].judgement.wm_var
                             for t in trajs])
-            adv = group_advantages(wm, torch.tensor([t.group for t in trajs])).numpy()
+            adv = predicted_advantage(wm, torch.tensor([t.group for t in trajs]))
             chosen, pi = self.budget.choose(var[open_], adv[open_], rng)
             todo[np.flatnonzero(open_)[chosen]] = True
             prob[open_] = pi

@@ -6,7 +6,7 @@ anchors this package chooses."""
 from wmrl.anchoring.budget import AnchorBudget
 from wmrl.anchoring.guard import RewardHackingGuard
 from wmrl.anchoring.selection import (adaptive_anchor_rate, anchor_scores, choose_anchor_groups, inclusion_probabilities,
-                                      select_anchors)
+                                      predicted_advantage, select_anchors)
 
 __all__ = ["AnchorBudget", "RewardHackingGuard", "adaptive_anchor_rate", "anchor_scores", "choose_anchor_groups",
-           "inclusion_probabilities", "select_anchors"]
+           "inclusion_probabilities", "predicted_advantage", "select_anchors"]

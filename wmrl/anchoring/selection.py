@@ -43,6 +43,16 @@ def anchor_scores(selection: str, wm_var: np.ndarray | None = None,
     return np.abs(np.nan_to_num(np.asarray(predicted_advantage, float)))
 
 
+def predicted_advantage(wm_score: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """The group advantage the update would give each trajectory if its world-model score were its reward
+    (`wmrl.rl.group_advantages`, the update's own definition): what `anchor_selection=advantage` ranks by."""
+    import torch
+
+    from wmrl.rl import group_advantages
+
+    return group_advantages(torch.as_tensor(wm_score), torch.as_tensor(groups)).numpy()
+
+
 def inclusion_probabilities(score: np.ndarray, rate: float, uniform_floor: float = EnvConfig.anchor_floor) -> np.ndarray:
     """π_i = rate·N·[(1 − λ)·score_i/Σ score + λ/N], capped at 1 (the excess spread over the rest in
     the same proportions), so Σ π = rate·N and π_i ≥ λ·rate: 1/π ≤ 1/(λ·rate).
