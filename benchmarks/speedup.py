@@ -111,7 +111,8 @@ def subprocess_train(args: list[str], log_path: Path, bias: dict[str, float]) ->
 
 def metric_history(client, run_id: str) -> dict[str, dict[int, float]]:
     out = {}
-    for key in HISTORY:
+    logged = client.get_run(run_id).data.metrics  # the families a run's evaluations reported are its own
+    for key in HISTORY + sorted(k for k in logged if k.startswith("eval/family/")):
         hist = client.get_metric_history(run_id, key)
         if hist:
             out[key] = {int(m.step): float(m.value) for m in sorted(hist, key=lambda m: (m.step, m.timestamp))}
@@ -234,7 +235,7 @@ def finished_runs(dirs: list[Path]) -> dict[tuple, dict]:
 def share_warm_eval(run: dict, source: dict, client) -> None:
     """Give `run` (trained with eval.at_start=false) the step-0 evaluation of `source`: the same policy before
     step 1, evaluated on the same stream, so the same numbers; recorded in the run and in its MLflow run."""
-    for key in ("eval/real_reward", "eval/real_reward_ci95"):
+    for key in ("eval/real_reward", "eval/real_reward_ci95", *sorted(k for k in source["history"] if k.startswith("eval/family/"))):
         if 0 in (source["history"].get(key) or {}):
             run["history"].setdefault(key, {})[0] = source["history"][key][0]
             client.log_metric(run["summary"]["mlflow_run_id"], key, source["history"][key][0], step=0)

@@ -539,3 +539,24 @@ def test_a_stopped_benchmark_kills_a_training_that_ignores_sigterm_and_stops(tmp
     with pytest.raises(SystemExit):
         speedup.subprocess_train([f"run_dir={tmp_path}/run"], tmp_path / "log.txt", {})
     assert children and real_wait(children[0], timeout=5) == -9  # killed, not left running
+
+
+def test_each_task_family_gets_its_final_gain_and_paired_difference_in_the_table():
+    """A family the training set lacks (`eval/family/tables` here) is where a world-model-trained policy can fall
+    behind while the overall held-out reward hides it: the report says so per family, with intervals over seeds."""
+    def arm(name, seed, arrays, tables):
+        r = _run(name, [10] * 4, [2] * 4, [1] * 4, {0: 0.4, 4: (arrays + tables) / 2}, 64, 75.0, seed=seed)
+        r["history"].update({"eval/family/arrays": {0: 0.4, 4: arrays}, "eval/family/tables": {0: 0.2, 4: tables},
+                             "eval/family/tables_ci95": {0: 0.05, 4: 0.05}})
+        return r
+
+    runs = [arm("sandbox_rl", s, 0.6, 0.5 + 0.02 * s) for s in range(3)] + [arm("wmrl", s, 0.6, 0.25 + 0.01 * s) for s in range(3)]
+    report = stats.build_report(runs, ["sandbox_rl", "wmrl"])
+    wm = next(r for r in report["rows"] if r["arm"] == "wmrl")
+    assert sorted(wm["families"]) == ["arrays", "tables"]  # a _ci95 key is not a family
+    tables = wm["families"]["tables"]
+    assert tables["gain"]["mean"] == pytest.approx(0.06) and tables["gain_ratio"] == pytest.approx(0.06 / 0.32)
+    assert tables["vs_baseline"]["mean"] == pytest.approx(-0.26) and tables["vs_baseline"]["significant"]
+    assert wm["families"]["arrays"]["vs_baseline"]["significant"] is False  # the same reward on every seed
+    text = render.render_markdown(report)
+    assert "| tables | wmrl | 0.260 [" in text and "| arrays | sandbox_rl |" in text

@@ -1,5 +1,9 @@
 """Held-out evaluation: the policy on tasks it never trains on, executed for real on their hidden
-test split. Its time is logged as `time/eval_s` and never counted as training cost."""
+test split. Its time is logged as `time/eval_s` and never counted as training cost.
+
+Besides the mean over every held-out task, each family of tasks (`TaskSpec.task_family`: arrays, tables,
+scripts, or the family a task file names) gets its own mean and 95 % interval, `eval/family/<name>`: a
+policy that learned what the training tasks reward shows it on families the training set lacks."""
 from __future__ import annotations
 
 import math
@@ -54,4 +58,10 @@ class Evaluator:
             "eval/executions": float(batch.stats["cost/real_executions"]),
             **{f"eval/task/{t}": m for t, m in task_means.items()},
         }
+        families: dict[str, dict[str, list[float]]] = defaultdict(dict)
+        for t in self.tasks:
+            if t.name in per_task:
+                families[t.family][t.name] = per_task[t.name]
+        for family, tasks in sorted(families.items()):
+            metrics[f"eval/family/{family}"], metrics[f"eval/family/{family}_ci95"] = stratified_mean_ci(tasks)
         return metrics, [r.to_dict() for r in batch.records[: self.keep]]

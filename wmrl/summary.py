@@ -51,7 +51,16 @@ def summarize(run: RunData, checkpoint: str | None = None) -> dict:
         ci = eval_interval(run, step)
         return {"step": step, "reward": evals[step], "ci95": list(ci) if ci else None}
 
+    def family(name: str) -> dict:
+        """The family's reward and 95 % half-width at the first and the last evaluation."""
+        series, ci = run.series(f"eval/family/{name}"), run.series(f"eval/family/{name}_ci95")
+        return {end: {"step": st, "reward": series[st], "ci95": ci.get(st)}
+                for end, st in (("start", min(series)), ("end", max(series)))} if series else {}
+
+    names = sorted({k[len("eval/family/"):] for k in run.history if k.startswith("eval/family/")
+                    and not k.endswith("_ci95")})
     return {
+        "families": {name: family(name) for name in names},
         "run_dir": str(run.run_dir) if run.run_dir else None, "mlflow_run_id": run.run_id,
         "tracking_uri": run.tracking_uri, "status": run.status, "preset": cfg.get("name"),
         "steps": max(steps) if steps else 0, "planned_steps": cfg.get("rl", {}).get("steps"),
@@ -76,6 +85,12 @@ def _reward(e: dict | None) -> str:
     return f"{e['reward']:.3f}{ci} (step {e['step']})"
 
 
+def _family_end(e: dict | None) -> str:
+    if e is None:
+        return "n/a"
+    return f"{e['reward']:.3f}" + (f" ± {e['ci95']:.3f}" if e.get("ci95") is not None else "")
+
+
 def render(s: dict) -> str:
     """The summary as the lines a person reads at the end of a run."""
     cost = s["train_cost_s"] or 0.0
@@ -83,6 +98,8 @@ def render(s: dict) -> str:
     killed = "" if s["status"] in ("FINISHED", None) else f"  [run {s['status'].lower()}: from what was logged]"
     lines = [f"── wmrl summary: {s['preset']}, {s['steps']}/{s['planned_steps']} RL steps{killed}",
              f"held-out reward   {_reward(s['eval_start'])} → {_reward(s['eval_end'])}   (95% intervals)",
+             *[f"  {name + ' tasks':<15} {_family_end(f.get('start'))} → {_family_end(f.get('end'))}"
+               for name, f in s.get("families", {}).items()],
              f"training cost     {cost:.1f}s = {split}"]
     if s["sandbox_only_executions"]:
         est = (f", ≈{s['sandbox_only_cost_s']:.0f}s training cost at {s['per_execution_s']:.2f}s per execution"

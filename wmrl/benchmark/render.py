@@ -19,6 +19,24 @@ def _paired(row: dict, baseline: str) -> str:
     return f"{d['mean']:+.3f}" + ("" if d["lo"] is None else f" [{d['lo']:+.3f}, {d['hi']:+.3f}]{'*' if d['significant'] else ''}")
 
 
+def family_section(report: dict) -> list[str]:
+    """Per task family (`eval/family/<name>`): each arm's final reward and gain over its warm start, and the
+    final reward against the baseline paired by seed; a family the training set lacks shows transfer."""
+    b = report["baseline"]
+    rows = [(name, r) for r in report["rows"] for name in sorted(r.get("families") or {})]
+    if not rows:
+        return []
+    lines = ["", f"By task family: final eval reward, gain over warm start (mean [95% t-interval over seeds]), gain as a "
+                 f"share of `{b}`'s, final vs `{b}` paired by seed (* = interval excludes 0).", "",
+             f"| family | arm | final eval reward | gain over warm start | gain / {b}'s | vs {b} |", "|---|---|---|---|---|---|"]
+    for name, r in sorted(rows, key=lambda x: x[0]):
+        f = r["families"][name]
+        paired = _paired({"arm": r["arm"], "vs_baseline": f.get("vs_baseline") or {"mean": None}}, b)
+        lines.append(f"| {name} | {r['arm']} | {fmt_ci(f['final_eval'])} | {fmt_ci(f['gain'])} | "
+                     f"{fmt(f.get('gain_ratio'), 2)} | {paired} |")
+    return lines
+
+
 def render_markdown(report: dict, strata: Sequence[dict] = (), recovered: Sequence[dict] = (),
                     header: str = "", show_targets: bool = True) -> str:
     b = report["baseline"]
@@ -49,6 +67,7 @@ def render_markdown(report: dict, strata: Sequence[dict] = (), recovered: Sequen
             f"{fmt_ci(r['final_eval'])}{_x(q['final_eval'])} | {fmt_ci(r['gain'])} | {_paired(r, b)} | "
             f"{ttt}{_x(q['time_to_target'])} | "
             + " | ".join(fmt(r["fidelity"][m]) for m in FIDELITY) + " |")
+    lines += family_section(report)
     lines += ["", "Speedup over `" + b + "` (training cost). Ideal = its mean step cost / the arm's mean "
               "(generation + policy update) time per step, i.e. world-model inference, anchors, warm-up and "
               "world-model training for free; realised = actual / ideal.", "",

@@ -106,22 +106,31 @@ def run_cost(run: dict) -> float | None:
     return run.get("summary", {}).get("cost/train_s")
 
 
-def final_eval(run: dict) -> float | None:
-    evals = run["history"].get("eval/real_reward") or {}
+EVAL = "eval/real_reward"  # every held-out task; a family's is f"{FAMILY}{name}"
+FAMILY = "eval/family/"
+
+
+def final_eval(run: dict, key: str = EVAL) -> float | None:
+    evals = run["history"].get(key) or {}
     if evals:
         return evals[max(evals)]
-    return run.get("summary", {}).get("eval/real_reward")
+    return run.get("summary", {}).get(key)
 
 
-def warm_start_eval(run: dict) -> float | None:
+def warm_start_eval(run: dict, key: str = EVAL) -> float | None:
     """The evaluation before the first update (step 0)."""
-    return (run["history"].get("eval/real_reward") or {}).get(0)
+    return (run["history"].get(key) or {}).get(0)
 
 
-def gain(run: dict) -> float | None:
+def gain(run: dict, key: str = EVAL) -> float | None:
     """Final eval reward minus the warm start's, in one run (None without both)."""
-    first, last = warm_start_eval(run), final_eval(run)
+    first, last = warm_start_eval(run, key), final_eval(run, key)
     return last - first if _finite(first) and _finite(last) else None
+
+
+def families(runs: Sequence[dict]) -> list[str]:
+    """The task families the runs' evaluations reported (`eval/family/<name>`)."""
+    return sorted({k[len(FAMILY):] for r in runs for k in r["history"] if k.startswith(FAMILY) and not k.endswith("_ci95")})
 
 
 def eval_points(runs: Sequence[dict]) -> dict[int, dict]:
@@ -133,11 +142,11 @@ def eval_points(runs: Sequence[dict]) -> dict[int, dict]:
     return {s: t_interval([c[s] for c in curves]) for s in sorted(steps)}
 
 
-def paired_difference(runs: Sequence[dict], other: Sequence[dict]) -> dict:
+def paired_difference(runs: Sequence[dict], other: Sequence[dict], key: str = EVAL) -> dict:
     """t_interval of final eval(run) - final eval(other) over the seeds both have (same seed = same warm start
     and tasks, so the pairing removes the seed-to-seed spread); `significant` when the interval excludes 0."""
-    mine = {r["seed"]: final_eval(r) for r in runs if r.get("status") == "ok"}
-    theirs = {r["seed"]: final_eval(r) for r in other if r.get("status") == "ok"}
+    mine = {r["seed"]: final_eval(r, key) for r in runs if r.get("status") == "ok"}
+    theirs = {r["seed"]: final_eval(r, key) for r in other if r.get("status") == "ok"}
     diffs = [mine[s] - theirs[s] for s in sorted(set(mine) & set(theirs)) if _finite(mine[s]) and _finite(theirs[s])]
     ci = t_interval(diffs)
     ci["significant"] = None if ci["lo"] is None else (ci["lo"] > 0 or ci["hi"] < 0)
@@ -204,6 +213,9 @@ def arm_row(arm: str, runs: Sequence[dict]) -> dict:
         "gen_plus_train_s": mean(per_step_mean(r, ["time/generation_s", "time/policy_train_s"]) for r in ok),
         "eval_curve": mean_curve(curves),
         "cost_curve": mean_curve(costs),
+        "families": {name: {"final_eval": t_interval([final_eval(r, FAMILY + name) for r in ok]),
+                            "warm_start": t_interval([warm_start_eval(r, FAMILY + name) for r in ok]),
+                            "gain": t_interval([gain(r, FAMILY + name) for r in ok])} for name in families(ok)},
     }
 
 
@@ -240,6 +252,10 @@ def build_report(runs: Sequence[dict], arms: Sequence[str], baseline: str = BASE
             **{m: ratio(row["fidelity"][m], (b.get("fidelity") or {}).get(m)) for m in FIDELITY},
         }
         row["vs_baseline"] = paired_difference(by_arm.get(row["arm"], []), by_arm.get(baseline, []))
+        for name, fam in row["families"].items():
+            fam["vs_baseline"] = paired_difference(by_arm.get(row["arm"], []), by_arm.get(baseline, []), FAMILY + name)
+            base_gain = ((b.get("families") or {}).get(name) or {}).get("gain", {}).get("mean")
+            fam["gain_ratio"] = ratio(fam["gain"]["mean"], base_gain) if _finite(base_gain) and base_gain > 0 else None
         if row["arm"] not in (baseline, wmrl) and by_arm.get(wmrl):  # ablations and anchor selections
             row["vs_wmrl"] = versus(by_arm.get(row["arm"], []), by_arm[wmrl])
         actual = ratio(b.get("train_cost_s"), row["train_cost_s"])  # speedup = baseline cost / arm cost

@@ -38,3 +38,16 @@ class TaskSpec:
     id_column: Optional[str] = None  # a row id in tabular data: never a feature
     test_data: Optional[str] = None  # a second labelled file scored as the test split
     optional: bool = False  # registered but in no default train/eval list: used when named
+    family: Optional[str] = None  # what kind of task it is, for per-family evaluation; None = from its form
+
+    @property
+    def task_family(self) -> str:
+        """`family`, else the form of its data: scripts (a program writes a submission), tables (a CSV or
+        Parquet file, a DataFrame with named, possibly categorical or blank columns) or arrays (numbers only)."""
+        if self.family:
+            return self.family
+        if self.interface == "script":
+            return "scripts"
+        from wmrl.tasks.tabular import is_table
+
+        return "tables" if is_table(self.data) else "arrays"

@@ -26,7 +26,7 @@ class Task:
     def __init__(self, spec: TaskSpec, secret: str, cache_dir: Path, max_data_mb: float = tabular.DEFAULT_MAX_MB):
         self.spec = spec
         self.name, self.kind, self.metric = spec.name, spec.kind, spec.metric
-        self.interface = spec.interface
+        self.interface, self.family = spec.interface, spec.task_family
         # what the harness (or a reference) calls on the scored rows; the host scores its output
         self.method = "predict_proba" if needs_proba(spec.kind, spec.metric) else "predict"
         self.max_data_mb = float(max_data_mb)

@@ -29,7 +29,7 @@ from wmrl.tasks.references import REFERENCES
 from wmrl.tasks.spec import INTERFACES, KINDS, TaskError, TaskSpec
 
 FIELDS = ("name", "data", "target", "kind", "metric", "split", "time_limit_s", "held_out", "description", "params",
-          "id_column", "test_data", "interface", "optional", "references")
+          "id_column", "test_data", "interface", "optional", "references", "family")
 REQUIRED = ("name", "data", "kind")
 
 
@@ -130,6 +130,9 @@ def load_task_file(path: str | Path, max_data_mb: float = tabular.DEFAULT_MAX_MB
         if unknown or not references:
             raise bad("references", f"must be a non-empty list of {', '.join(REFERENCES[kind])}; got {references!r}")
         references = tuple(references)
+    family = doc.get("family")
+    if family is not None and not (isinstance(family, str) and is_task_name(family)):
+        raise bad("family", f"must be a name (letters, digits, _ and -); got {family!r}")
     val, test = _split(doc.get("split", {}), bad)
     limit = doc.get("time_limit_s", 10.0)
     if not isinstance(limit, numbers.Real) or isinstance(limit, bool) or limit <= 0:
@@ -143,7 +146,7 @@ def load_task_file(path: str | Path, max_data_mb: float = tabular.DEFAULT_MAX_MB
     return TaskSpec(name=name, data=data, kind=kind, metric=metric, time_limit_s=float(limit), held_out=held_out,
                     val=val, test=test, target=target, params=params, description=str(doc.get("description", "")),
                     interface=interface, id_column=id_column, test_data=test_data, optional=optional,
-                    references=references)
+                    references=references, family=family)
 
 
 def _data(doc: dict, path: Path, bad, max_data_mb: float) -> tuple[str, str | None]:
