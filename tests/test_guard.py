@@ -83,3 +83,18 @@ def test_state_dict_round_trip():
     step = stream_step(rng, 0.5, hack_gap=0.0)
     assert other.update(*step) == guard.update(*step)
     assert other.interval("hack") == guard.interval("hack")
+
+
+def test_the_proxy_against_the_real_reward_per_step_and_class():
+    """What reward-model over-optimisation looks like on anchors: the proxy the policy trains on climbs while
+    the real reward stays; per class, with intervals, so a user sees which class the world model over-rates."""
+    from wmrl.fidelity import proxy_vs_real
+
+    real = np.full(8, 0.5)
+    proxy = np.array([0.9, 0.9, 0.9, 0.9, 0.5, 0.5, 0.5, 0.5]) + np.array([0.01, -0.01] * 4)
+    classes = ["forest"] * 4 + ["linear"] * 4
+    m = proxy_vs_real(np.append(proxy, 0.7), np.append(real, np.nan), classes + ["linear"])  # an infra error: left out
+    assert m["proxy/gap"] == pytest.approx(0.2) and m["proxy/real_mean"] == pytest.approx(0.5)
+    assert m["proxy/gap/forest"] == pytest.approx(0.4) and m["proxy/gap/linear"] == pytest.approx(0.0)
+    assert m["proxy/gap_ci95/forest"] == pytest.approx(1.96 * np.std([0.01, -0.01, 0.01, -0.01], ddof=1) / 2)
+    assert "proxy/real_mean_ci95" in m and "proxy/real_mean/forest" not in m and proxy_vs_real([], [], []) == {}

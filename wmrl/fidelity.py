@@ -29,5 +29,31 @@ def fidelity(pred, real, std=None, *, z: float = 2.0, min_pairs: int = 1) -> dic
     return out
 
 
+def proxy_vs_real(proxy, real, classes) -> dict[str, float]:
+    """One step's anchors: the mean of the reward the policy trains on (the corrected world-model score, out of
+    sample), the mean real reward and their paired gap, each with the half-width of its 95 % normal interval
+    (`proxy/...`), and the gap per action class (`proxy/gap/<class>`). Logged every step, they show what reward-model
+    over-optimisation looks like: the proxy climbing while the real reward stalls."""
+    proxy, real = _flat(proxy), _flat(real)
+    keep = ~torch.isnan(proxy) & ~torch.isnan(real)
+    classes = [c for c, k in zip(classes, keep.tolist()) if k]
+    proxy, real = proxy[keep], real[keep]
+    out: dict[str, float] = {}
+
+    def put(prefix: str, rows: torch.Tensor, names=("wm_mean", "real_mean", "gap")) -> None:
+        for name, x in (("wm_mean", proxy[rows]), ("real_mean", real[rows]), ("gap", proxy[rows] - real[rows])):
+            if name not in names:
+                continue
+            out[f"proxy/{name}{prefix}"] = float(x.mean())
+            if len(x) >= 2:
+                out[f"proxy/{name}_ci95{prefix}"] = 1.96 * float(x.std()) / math.sqrt(len(x))
+
+    if len(proxy):
+        put("", torch.ones(len(proxy), dtype=torch.bool))
+        for c in sorted(set(classes)):
+            put(f"/{c}", torch.tensor([x == c for x in classes]), names=("gap",))
+    return out
+
+
 def _flat(x) -> torch.Tensor:
     return torch.as_tensor(x, dtype=torch.float64).flatten()
