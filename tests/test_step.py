@@ -90,3 +90,19 @@ def test_every_stage_metric_reaches_the_tracker_at_the_rl_step(tmp_path):
         del type(module).trainer
     (step, metrics), = logged
     assert step == 7 and metrics["debias/pairs"] == 4.0 and metrics["reward/train_mean"] == 0.5
+
+
+def test_the_smoke_metrics_script_names_every_metric_that_moved():
+    """scripts/smoke_metrics.py is how a refactor shows it left training as it was."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "smoke_metrics.py"
+    spec = importlib.util.spec_from_file_location("smoke_metrics", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    nan = float("nan")
+    before = {"a": [[1, 0.5], [2, nan]], "b": [[0, 1.0]], "gone": [[1, 1.0]]}
+    after = {"a": [[1, 0.5], [2, nan]], "b": [[1, 1.0]], "new": [[1, 2.0]]}
+    assert mod.compare(before, after) == ["only in the first: gone", "only in the second: new", "b: steps [0] -> [1]"]
+    assert mod.compare(before, before) == []
