@@ -226,12 +226,13 @@ def test_rewind_forgets_the_background_anchors_a_resumed_run_replays_and_keeps_t
              {"purpose": "train", "step": 3, "deferred": True, "rank": 1},  # rank 1's of step 3 trained already: kept
              {"purpose": "train", "step": 4, "deferred": True},  # rank 0 (no rank recorded), in flight: replayed
              {"purpose": "train", "step": 3, "deferred": True, "consumed": 4},  # an older log's row, trained: kept
-             {"purpose": "eval", "step": 5}, {"purpose": "eval", "step": 6}]  # the checkpoint holds step 5's eval
+             {"purpose": "eval", "step": 5}, {"purpose": "eval", "step": 6},  # the checkpoint holds step 5's eval
+             {"purpose": "transfer", "step": 5}, {"purpose": "transfer", "step": 6}]  # and the transfer tasks' beside it
     for k, meta in enumerate(metas):
         log.append(Outcome("wine", Status.VALID, reward=0.5), f"p{k}", {**meta, "k": k})
     log.close()
     removed = rewind(tmp_path / "executions.sqlite", 5, {(0, 3), (0, 4)})
-    assert removed == 4 and [r["meta"]["k"] for r in read_log(tmp_path / "executions.sqlite")] == [0, 2, 4, 6, 7]
+    assert removed == 5 and [r["meta"]["k"] for r in read_log(tmp_path / "executions.sqlite")] == [0, 2, 4, 6, 7, 9]
 
 
 def test_nothing_is_deferred_when_no_group_would_be_left_to_train_on_now():

@@ -23,8 +23,10 @@ class FakeRollout:
     def __init__(self, rewards):
         self.rewards = rewards
 
-    def collect_eval(self, step, tasks, samples, split, temperature):
-        rows = [(t, r) for t, rs in self.rewards.items() for r in rs]
+    def collect_eval(self, step, tasks, samples, split, temperature, purpose="eval"):
+        self.purposes = getattr(self, "purposes", []) + [purpose]
+        names = {t.name for t in tasks}
+        rows = [(t, r) for t, rs in self.rewards.items() if t in names for r in rs]
         real = SimpleNamespace(status=SimpleNamespace(value="valid"))
         records = [SimpleNamespace(task=t, turns=[SimpleNamespace(judgement=SimpleNamespace(real=real))],
                                    to_dict=lambda: {}) for t, _ in rows]
@@ -60,3 +62,44 @@ def test_a_task_file_may_name_its_family_and_a_bad_name_is_refused(tmp_path):
     bad.write_text("name: churn\ndata: t.csv\ntarget: y\nkind: classification\nfamily: ../up\n")
     with pytest.raises(TaskError, match="family"):
         load_task_file(bad)
+
+
+def test_the_built_in_table_tasks_are_a_held_out_family_of_dataframes_with_blanks(tmp_path):
+    """loan_table and house_table: what no training task is (a DataFrame with categorical columns and empty
+    cells, ROC AUC and RMSE), optional and held out, reported as eval/family/tables."""
+    from wmrl.config import load_config
+    from wmrl.tasks import load_suite
+
+    cfg = load_config(["task.eval=[loan_table,house_table]", f"task.cache_dir={tmp_path}", "task.secret_seed=s"])
+    suite = load_suite(cfg.task)
+    for task in suite.eval_tasks():
+        assert task.family == "tables" and task.held_out
+        X = task.splits().X_train
+        import pandas as pd
+
+        categorical = [c for c in X.columns if not pd.api.types.is_numeric_dtype(X[c])]
+        assert hasattr(X, "columns") and X.isna().any().any() and categorical
+    default = load_suite(load_config([f"task.cache_dir={tmp_path}", "task.secret_seed=s"]).task)
+    assert not {"loan_table", "house_table"} & {t.name for t in default.eval_tasks() + default.train_tasks()}
+
+
+def test_transfer_tasks_are_evaluated_beside_the_suite_and_kept_out_of_its_reward():
+    rewards = {"iris": [0.8, 0.6], "churn": [0.1, 0.3]}
+    cfg = SimpleNamespace(samples_per_task=2, split="test", temperature=1.0)
+    rollout = FakeRollout(rewards)
+    metrics, _ = Evaluator(rollout, [SimpleNamespace(name="iris", family="arrays")], cfg,
+                           transfer_tasks=[SimpleNamespace(name="churn", family="tables")]).run(1)
+    assert rollout.purposes == ["eval", "transfer"]  # its own stream: the suite evaluates the same without it
+    assert metrics["eval/real_reward"] == pytest.approx(0.7) and metrics["eval/samples"] == 2  # the suite's alone
+    assert metrics["eval/family/tables"] == pytest.approx(0.2) and metrics["eval/task/churn"] == pytest.approx(0.2)
+
+
+def test_a_transfer_task_may_not_be_trained_on_or_in_the_suite(tmp_path):
+    from wmrl.config import load_config
+    from wmrl.tasks import load_suite
+    from wmrl.tasks.spec import TaskError
+
+    base = [f"task.cache_dir={tmp_path}", "task.secret_seed=s"]
+    assert [t.name for t in load_suite(load_config(base + ["task.transfer=[loan_table]"]).task).transfer_tasks()] == ["loan_table"]
+    with pytest.raises(TaskError, match="task.transfer"):
+        load_suite(load_config(base + ["task.eval=[iris]", "task.transfer=[iris]"]).task)

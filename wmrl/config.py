@@ -74,6 +74,8 @@ def opt(default: Any, help: str) -> Any:
 class TaskConfig:
     train: List[str] = opt([], "training task names; empty = every built-in task not held out")
     eval: List[str] = opt([], "evaluation task names; empty = the held-out built-in tasks")
+    transfer: List[str] = opt([], "held-out tasks of other kinds, evaluated beside task.eval and reported per family only "
+                                  "(eval/family/<name>, eval/task/<name>), never in eval/real_reward; e.g. [loan_table,house_table]")
     files: List[str] = opt([], "extra YAML task files to register (see README: adding a task)")
     max_data_mb: float = opt(256.0, "largest task data file (CSV, Parquet, task folder file) accepted, MiB")
     secret_seed: Optional[str] = opt(None, "secret for data splits; null = a per-machine secret made once")

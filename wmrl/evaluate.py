@@ -33,33 +33,45 @@ def stratified_mean_ci(per_task: dict, z: float = 1.96) -> tuple[float, float]:
 
 
 class Evaluator:
-    def __init__(self, rollout: Rollout, eval_tasks: list, eval_cfg, samples_to_keep: int = 16):
-        self.rollout, self.tasks, self.cfg, self.keep = rollout, eval_tasks, eval_cfg, samples_to_keep
+    """`eval_tasks`: the held-out suite (`eval/real_reward` and the rates are theirs). `transfer_tasks`: held-out
+    tasks of other kinds, evaluated in the same batch and reported per task and per family only."""
+
+    def __init__(self, rollout: Rollout, eval_tasks: list, eval_cfg, samples_to_keep: int = 16,
+                 transfer_tasks: list = ()):
+        self.rollout, self.tasks, self.cfg, self.keep = rollout, list(eval_tasks), eval_cfg, samples_to_keep
+        self.transfer = list(transfer_tasks)
 
     def run(self, step: int) -> tuple[dict, list[dict]]:
         """(metrics, sample trajectories as plain dicts) of one evaluation after `step` RL steps."""
         batch = self.rollout.collect_eval(step, self.tasks, self.cfg.samples_per_task, self.cfg.split,
                                           self.cfg.temperature)
+        batches = [batch]
+        if self.transfer:  # its own stream: the suite's evaluation is the same with or without it
+            batches.append(self.rollout.collect_eval(step, self.transfer, self.cfg.samples_per_task, self.cfg.split,
+                                                     self.cfg.temperature, purpose="transfer"))
+        suite = {t.name for t in self.tasks}
         per_task: dict[str, list[float]] = defaultdict(list)
         statuses = []
-        for i, rec in enumerate(batch.records):
-            if not bool(batch.valid[i]):
-                continue
-            per_task[rec.task].append(float(batch.real_reward[i]))
-            statuses += [t.judgement.real.status.value for t in rec.turns]
+        for b in batches:
+            for i, rec in enumerate(b.records):
+                if not bool(b.valid[i]):
+                    continue
+                per_task[rec.task].append(float(b.real_reward[i]))
+                if rec.task in suite:
+                    statuses += [t.judgement.real.status.value for t in rec.turns]
         task_means = {t: sum(v) / len(v) for t, v in per_task.items()}
-        mean, half_width = stratified_mean_ci(per_task)
+        mean, half_width = stratified_mean_ci({t: v for t, v in per_task.items() if t in suite})
         metrics = {
             "eval/real_reward": mean,
             "eval/real_reward_ci95": half_width,  # half-width of the 95 % interval (task-stratified)
-            "eval/samples": float(sum(len(v) for v in per_task.values())),
+            "eval/samples": float(sum(len(v) for t, v in per_task.items() if t in suite)),
             "eval/valid_rate": statuses.count("valid") / len(statuses) if statuses else math.nan,
             "eval/invalid_rate": 1 - statuses.count("valid") / len(statuses) if statuses else math.nan,
-            "eval/executions": float(batch.stats["cost/real_executions"]),
+            "eval/executions": float(sum(b.stats["cost/real_executions"] for b in batches)),
             **{f"eval/task/{t}": m for t, m in task_means.items()},
         }
         families: dict[str, dict[str, list[float]]] = defaultdict(dict)
-        for t in self.tasks:
+        for t in self.tasks + self.transfer:
             if t.name in per_task:
                 families[t.family][t.name] = per_task[t.name]
         for family, tasks in sorted(families.items()):

@@ -191,7 +191,8 @@ def build(cfg: DictConfig, run_dir: Path, suite, wrap_world_model: Callable[[Wor
     cost = CostCallback()
     callbacks.append(cost)
     module.step = step_of(callbacks, update=module.update)  # the step's order is Step's, not this list's
-    evaluation = EvaluationCallback(Evaluator(rollout, eval_tasks, cfg.eval, cfg.logger.samples_per_eval), sync,
+    evaluation = EvaluationCallback(Evaluator(rollout, eval_tasks, cfg.eval, cfg.logger.samples_per_eval,
+                                              transfer_tasks=suite.transfer_tasks()), sync,
                                     cfg.eval.every_n_steps, cfg.rl.steps, at_start=cfg.eval.at_start)
     return Parts(suite, sandbox, policy, warm, world_model, debiaser, env, rollout, data, module,
                  [*callbacks, *([evaluation] if rank == 0 else [])], cost, evaluation)
@@ -253,7 +254,7 @@ def train(cfg: DictConfig, wrap_world_model: Callable[[WorldModel], WorldModel] 
         shared = json.loads(os.environ[distributed.RUN_ENV])
         run_dir, ckpt_path = Path(shared["run_dir"]), shared["ckpt"]
     suite = load_suite(cfg.task)
-    for task in suite.train_tasks() + suite.eval_tasks():  # build missing leaderboards now, not in a sandbox slot mid-step
+    for task in suite.train_tasks() + suite.eval_tasks() + suite.transfer_tasks():  # build missing leaderboards now, not in a sandbox slot mid-step
         task.leaderboard()
     parts = build(cfg, run_dir, suite, wrap_world_model, progress=cfg.trainer.progress_bar, rank=rank, world=world)
     checkpoint = StepCheckpoint(run_dir / "checkpoints")

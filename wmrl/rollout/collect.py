@@ -82,12 +82,14 @@ class Rollout:
         batch.stats["rollout/deferred_anchors"] = len(carried)
         return batch
 
-    def collect_eval(self, step: int, tasks: list, samples: int, split: str, temperature: float) -> RolloutBatch:
+    def collect_eval(self, step: int, tasks: list, samples: int, split: str, temperature: float,
+                     purpose: str = "eval") -> RolloutBatch:
         """Every program executed for real on `split`. Every evaluation samples from one stream
-        (that of step 0), so evaluations at different steps differ by the policy alone."""
+        (that of step 0), so evaluations at different steps differ by the policy alone; `purpose` names
+        the stream (eval, transfer), so one set of tasks evaluates the same whatever else is evaluated."""
         times = EnvTimes()
         trajs = self._start(tasks, samples, [True] * len(tasks), [False] * len(tasks), defer=False)
-        t_gen = self._play(trajs, step, "eval", split, temperature, times, sample_step=0)
+        t_gen = self._play(trajs, step, purpose, split, temperature, times, sample_step=0)
         batch = make_batch(trajs, self.tok.pad_token_id, self.max_length)
         batch.stats.update(_stats(t_gen, times))
         return batch

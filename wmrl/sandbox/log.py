@@ -105,7 +105,8 @@ def rewind(path: str | Path, step: int, replayed: Iterable[tuple[int, int]] = ()
         removed = db.execute(
             f"DELETE FROM executions WHERE ({train}"
             " AND COALESCE(json_extract(meta, '$.consumed'), json_extract(meta, '$.step')) >= ?)"
-            " OR (json_extract(meta, '$.purpose') = 'eval' AND json_extract(meta, '$.step') > ?)", (step, step)).rowcount
+            " OR (json_extract(meta, '$.purpose') IN ('eval', 'transfer') AND json_extract(meta, '$.step') > ?)",
+            (step, step)).rowcount
         for rank, submitted in sorted(set(replayed)):
             removed += db.execute(
                 f"DELETE FROM executions WHERE {train} AND json_extract(meta, '$.deferred')"

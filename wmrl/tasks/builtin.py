@@ -78,4 +78,14 @@ BUILTIN: Dict[str, TaskSpec] = {s.name: s for s in [
     TaskSpec("house_prices", "generated:house_prices", "regression", "neg_root_mean_squared_error", 20.0,
              interface="script", target="price", id_column="house_id", optional=True,
              description="House sale prices from neighbourhood, area, condition and more (empty cells); RMSE."),
+    # Table tasks (issue 27): build() gets a DataFrame with categorical columns and empty cells, scored by
+    # metrics no training task uses. Optional and held out: a family for transfer evaluation (eval/family/tables).
+    TaskSpec("loan_table", "generated-table:loan_default", "classification", "roc_auc", 20.0, held_out=True,
+             target="default", id_column="loan_id", optional=True,
+             description="Whether a personal loan defaults, from the applicant's age, income, employment, region, "
+                         "the loan's purpose and amount, and credit lines; categorical columns, empty cells; ROC AUC."),
+    TaskSpec("house_table", "generated-table:house_prices", "regression", "neg_root_mean_squared_error", 20.0,
+             held_out=True, target="price", id_column="house_id", optional=True,
+             description="House sale prices from neighbourhood, living area, rooms, year built, condition and garage; "
+                         "categorical columns, empty cells; RMSE."),
 ]}

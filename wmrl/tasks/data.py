@@ -16,6 +16,7 @@ from wmrl.tasks.secret import random_state_for, rng_for
 from wmrl.tasks.spec import TaskError, TaskSpec
 
 BUNDLED = ("iris", "wine", "breast_cancer", "digits", "diabetes")
+GENERATED_TABLE = "generated-table:"  # a table we generate (`wmrl.tasks.generated`), read as a user's CSV would be
 GENERATORS = ("make_classification", "make_regression", "make_friedman1", "make_friedman2",
               "make_friedman3", "make_hastie_10_2", "make_moons", "make_circles", "make_blobs")
 
@@ -37,6 +38,12 @@ class Splits:
 def build_splits(spec: TaskSpec, secret: str, max_mb: float = tabular.DEFAULT_MAX_MB) -> Splits:
     if tabular.is_table(spec.data):
         return _table_splits(spec, secret, max_mb)
+    if spec.data.startswith(GENERATED_TABLE):
+        from wmrl.tasks.generated import table
+
+        X, y = tabular.features_and_target(table(spec.data[len(GENERATED_TABLE):], secret), spec.name,
+                                           f"task {spec.name!r}", spec.target, spec.kind, spec.id_column)
+        return _frame_splits(spec, secret, X, y)
     X, y = load_xy(spec, secret)
     if spec.kind == "classification":
         y = np.unique(y, return_inverse=True)[1].reshape(-1).astype(np.int64)
@@ -59,6 +66,14 @@ def _table_splits(spec: TaskSpec, secret: str, max_mb: float) -> Splits:
                                                      spec.target, spec.kind, spec.id_column)
         if list(X_test.columns) != list(X.columns):
             raise TaskError(f"{where}: {tpath.name} has columns {list(X_test.columns)}, {path.name} has {list(X.columns)}")
+        return _frame_splits(spec, secret, X, y, X_test, y_test)
+    return _frame_splits(spec, secret, X, y)
+
+
+def _frame_splits(spec: TaskSpec, secret: str, X, y, X_test=None, y_test=None) -> Splits:
+    """Splits of a table's features `X` and raw target `y`, the test rows cut from them unless given."""
+    where = f"task {spec.name!r}"
+    if X_test is not None:
         train, val, _ = split_indices(y, spec, secret, with_test=False)
     else:
         train, val, test = split_indices(y, spec, secret)

@@ -10,11 +10,14 @@ import hashlib
 import os
 import shutil
 from pathlib import Path
-from typing import Callable, Dict, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Tuple
 
 import numpy as np
 
 from wmrl.tasks.secret import rng_for
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 N_ROWS = 1600
 TEST_SHARE = 0.3
@@ -83,6 +86,18 @@ def house_prices(rng: np.random.Generator):
 
 GENERATORS: Dict[str, Callable[[np.random.Generator], Tuple]] = {"loan_default": loan_default,
                                                                   "house_prices": house_prices}
+
+
+def table(name: str, secret: str) -> "pd.DataFrame":
+    """Generator `name`'s rows for this secret as a labelled table, through CSV as a user's file would come (its
+    blanks empty cells, its types inferred): the data of a table task (`generated-table:NAME`). Its own
+    stream, so its rows are not the script task's."""
+    import io
+
+    import pandas as pd
+
+    df, _, _, _ = GENERATORS[name](rng_for(secret, name, "table"))
+    return pd.read_csv(io.StringIO(df.to_csv(index=False)))
 
 
 def materialize(name: str, cache_dir: Path, secret: str) -> Path:

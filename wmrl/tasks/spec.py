@@ -50,4 +50,4 @@ class TaskSpec:
             return "scripts"
         from wmrl.tasks.tabular import is_table
 
-        return "tables" if is_table(self.data) else "arrays"
+        return "tables" if is_table(self.data) or self.data.startswith("generated-table:") else "arrays"

@@ -18,14 +18,17 @@ from wmrl.tasks.task_file import load_task_file
 class TaskSuite:
     """Tasks by name, and which of them are for training and which for evaluation."""
 
-    def __init__(self, tasks: Dict[str, Task], train: List[str], eval: List[str]):
+    def __init__(self, tasks: Dict[str, Task], train: List[str], eval: List[str], transfer: List[str] = ()):
         self._tasks = tasks
-        for name in [*train, *eval]:
+        for name in [*train, *eval, *transfer]:
             self.get(name)
         overlap = sorted(set(train) & set(eval))
         if overlap:
             warnings.warn(f"tasks {overlap} are used for both training and evaluation")
-        self._train, self._eval = list(train), list(eval)
+        if set(transfer) & (set(train) | set(eval)):
+            raise TaskError(f"task.transfer {sorted(set(transfer) & (set(train) | set(eval)))} must be tasks neither "
+                            "trained on nor in task.eval: transfer is measured on tasks of other kinds")
+        self._train, self._eval, self._transfer = list(train), list(eval), list(transfer)
 
     def get(self, name: str) -> Task:
         if name not in self._tasks:
@@ -42,6 +45,10 @@ class TaskSuite:
 
     def eval_tasks(self) -> List[Task]:
         return [self._tasks[n] for n in self._eval]
+
+    def transfer_tasks(self) -> List[Task]:
+        """Held-out tasks of other kinds, evaluated beside `eval_tasks` and reported per family only."""
+        return [self._tasks[n] for n in self._transfer]
 
     def private_paths(self) -> List[str]:
         """Host paths holding task data or answers, which the sandbox must hide from programs."""
@@ -78,7 +85,7 @@ def load_suite(task_cfg: Optional[Any] = None) -> TaskSuite:
              for name, spec in specs.items()}
     train = list(get("train", []) or []) or [n for n, s in specs.items() if not s.held_out and not s.optional]
     eval_ = list(get("eval", []) or []) or [n for n, s in specs.items() if s.held_out and not s.optional]
-    return TaskSuite(tasks, train, eval_)
+    return TaskSuite(tasks, train, eval_, list(get("transfer", []) or []))
 
 
 def imported_task_files(cache_dir: Path) -> List[Path]:
