@@ -45,9 +45,9 @@ def main() -> None:
     import yaml
 
     from wmrl.config import SandboxConfig, TaskConfig
-    from wmrl.sandbox.base import ExecRequest
-    from wmrl.sandbox.local import LocalSandbox
-    from wmrl.tasks import load_suite
+    from wmrl.domains.research.sandbox.base import ExecRequest
+    from wmrl.domains.research.sandbox.local import LocalSandbox
+    from wmrl.domains.research.tasks import load_suite
 
     tmp = Path(tempfile.mkdtemp(prefix="judge-time-"))
     cfg = TaskConfig(cache_dir=str(tmp / "cache"), secret_seed="judge-time")

@@ -23,12 +23,12 @@ CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }
 
 def corpus(seed: int = 0) -> list[str]:
     from wmrl.config import load_config
-    from wmrl.outcome import PREDICTED_STATUSES
-    from wmrl.policy import grammar
+    from wmrl.domains.research.outcome import PREDICTED_STATUSES
+    from wmrl.domains.research import grammar
     from wmrl.recipe import tokenizer_corpus
-    from wmrl.tasks import load_suite
-    from wmrl.world_model.base import WMQuery
-    from wmrl.world_model.prompted import SYSTEM, user_message
+    from wmrl.domains.research.tasks import load_suite
+    from wmrl.domains.research.world_model.base import WMQuery
+    from wmrl.domains.research.world_model.prompted import SYSTEM, user_message
 
     import random
 

@@ -7,7 +7,7 @@ Pools the executed programs of the logs (one row per distinct (task, program), i
 holds out `n` of them as anchors (seeded), fits the learned ensemble on the rest, and predicts the
 anchors with: the learned ensemble, the prompted LM answering in JSON (`mode=generate`) and the prompted
 LM scoring every answer (`mode=score`). Prints one table: Spearman, MAE, 2-sigma coverage, status
-accuracy (`wmrl.world_model.fidelity_metrics`, the metrics training logs as wm/*), seconds per
+accuracy (`wmrl.domains.research.world_model.fidelity_metrics`, the metrics training logs as wm/*), seconds per
 prediction and the malformed-answer rate, on all anchors and on those the model itself answered (the
 deterministic checks decide the others exactly and at no cost, in every world model alike).
 """
@@ -37,10 +37,10 @@ def main() -> None:
     import torch
 
     from wmrl.config import load_config
-    from wmrl.outcome import Status
-    from wmrl.sandbox.log import read_log
-    from wmrl.world_model import WMPrediction, fidelity_metrics, make_world_model
-    from wmrl.world_model.__main__ import examples_from_log
+    from wmrl.domains.research.outcome import Status
+    from wmrl.domains.research.sandbox.log import read_log
+    from wmrl.domains.research.world_model import WMPrediction, fidelity_metrics, make_world_model
+    from wmrl.domains.research.world_model.__main__ import examples_from_log
 
     torch.set_num_threads(1)
     cfg = load_config(["experiment=smoke"] + [f"world_model.{o}" for o in a.overrides])

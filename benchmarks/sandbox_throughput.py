@@ -35,9 +35,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from wmrl.config import RayConfig, SandboxConfig  # noqa: E402
-from wmrl.outcome import Outcome, RawResult, Status, ladder_reward  # noqa: E402
-from wmrl.sandbox import ExecRequest, make_sandbox  # noqa: E402
-from wmrl.sandbox.local import LocalSandbox  # noqa: E402
+from wmrl.domains.research.outcome import Outcome, RawResult, Status, ladder_reward  # noqa: E402
+from wmrl.domains.research.sandbox import ExecRequest, make_sandbox  # noqa: E402
+from wmrl.domains.research.sandbox.local import LocalSandbox  # noqa: E402
 
 LIGHT = """
 from sklearn.linear_model import LogisticRegression
@@ -173,7 +173,7 @@ def neighbours(task, program: str, rounds: int, isolation: str) -> dict:
 
 def seccomp_load_ms(n: int = 50) -> float | None:
     """Median time to load the sandbox's seccomp filter in a fresh child process, ms."""
-    from wmrl.sandbox import _zygote
+    from wmrl.domains.research.sandbox import _zygote
 
     if not hasattr(_zygote, "build_filter"):
         return None  # a sandbox without a filter

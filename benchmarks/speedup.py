@@ -14,7 +14,7 @@ run per arm and seed.
 Scenarios:
 - default: sandbox_rl, wm_raw, wmrl_no_debias, wmrl_no_denoise, wmrl.
 - correlated: the world model gets a class-correlated reward error (its world-model arms run
-  `benchmarks/train_biased.py`, which wraps the world model in `wmrl.world_model.biased`);
+  `benchmarks/train_biased.py`, which wraps the world model in `wmrl.domains.research.world_model.biased`);
   sandbox_rl (the real-execution reference), wm_raw, and wmrl with the paper's single global
   isotonic map (wmrl_global: callbacks.debias.stratify_by=[]) against per-action-class debiasing
   (wmrl_stratified: stratify_by=[action_class]).
@@ -249,7 +249,7 @@ def run_benchmark(out: Path, scenario: str = "default", seeds: int = 1, override
                   pretrained: dict | None = None, reuse: list[Path] = (), share_warm_eval_runs: bool = True,
                   variants: list[tuple[str, list[str]]] = ()) -> dict:
     """Trains every (arm, seed) back to back, collects MLflow histories, writes the report files.
-    `pretrained`: a `wmrl.world_model.pretrain` result every world-model arm starts from, with no real warm-up steps.
+    `pretrained`: a `wmrl.domains.research.world_model.pretrain` result every world-model arm starts from, with no real warm-up steps.
     `reuse`: earlier benchmark directories whose successful trainings with the same arguments are taken as they
     are instead of trained again (a stopped benchmark resumes; arms are added to a finished one).
     `share_warm_eval_runs`: a training whose evaluation at step 0 would repeat an earlier one of this benchmark
@@ -437,7 +437,7 @@ def main(argv: list[str]) -> int:
     pretrained = None
     if args.pretrain_wm:
         from wmrl.config import load_config
-        from wmrl.world_model.pretrain import pretrain
+        from wmrl.domains.research.world_model.pretrain import pretrain
 
         pretrained = pretrain(load_config(["experiment=wmrl", *overrides]))
         print(f"[speedup] pretrained world model: {json.dumps(pretrained)}", flush=True)

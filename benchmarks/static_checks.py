@@ -3,7 +3,7 @@
     python benchmarks/static_checks.py RUN_DIR/executions.sqlite [more logs ...] [--misses 10]
 
 Replays every executed training program of the logs (held-out evaluation rows left out) through
-`wmrl.world_model.static.decided_status`, the checks that run before the world model's network, and
+`wmrl.domains.research.world_model.static.decided_status`, the checks that run before the world model's network, and
 prints a table: real status x (decided status, or "model" when the network is asked). A decided status
 that differs from the real one is a certain wrong prediction (reward at zero variance); a real runtime
 error left to the model is one the network must guess. Run it at two commits on the same logs to see
@@ -18,9 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from wmrl.outcome import error_line  # noqa: E402
-from wmrl.sandbox.log import read_log  # noqa: E402
-from wmrl.world_model.static import decided_status  # noqa: E402
+from wmrl.domains.research.outcome import error_line  # noqa: E402
+from wmrl.domains.research.sandbox.log import read_log  # noqa: E402
+from wmrl.domains.research.world_model.static import decided_status  # noqa: E402
 
 
 def tally(rows: list[dict], interface: str) -> tuple[collections.Counter, collections.Counter]:

@@ -37,7 +37,7 @@ def main(argv: list[str]) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     from wmrl.recipe import train
-    from wmrl.world_model.biased import BiasedWorldModel
+    from wmrl.domains.research.world_model.biased import BiasedWorldModel
 
     train(cfg, wrap_world_model=lambda wm: BiasedWorldModel(wm, bias))
     return 0

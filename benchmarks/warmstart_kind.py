@@ -45,7 +45,7 @@ def measure(overrides: list[str], samples: int, seed: int = 0) -> dict:
     from wmrl.config import load_config
     from wmrl.generation import make_generator
     from wmrl.recipe import build_policy_and_tokenizer
-    from wmrl.tasks import load_suite
+    from wmrl.domains.research.tasks import load_suite
 
     cfg = load_config(overrides)
     suite = load_suite(cfg.task)

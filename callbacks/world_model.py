@@ -8,9 +8,9 @@ from pathlib import Path
 from lightning.pytorch import Callback
 
 from wmrl import distributed
-from wmrl.outcome import Status, render_observation
+from wmrl.domains.research.outcome import Status, render_observation
 from wmrl.rollout import RolloutBatch, Source, TrajectoryRecord
-from wmrl.world_model import WMQuery, WorldModel, reward_fidelity
+from wmrl.domains.research.world_model import WMQuery, WorldModel, reward_fidelity
 
 
 class WorldModelCallback(Callback):

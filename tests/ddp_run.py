@@ -32,11 +32,11 @@ from wmrl.config import DebiasConfig, DenoiseConfig, EnvConfig, PolicyConfig, RL
 from wmrl.anchoring import AnchorBudget  # noqa: E402
 from wmrl.corrections import Debiaser  # noqa: E402
 from wmrl.module import WMRLModule  # noqa: E402
-from wmrl.outcome import Outcome, Status  # noqa: E402
+from wmrl.domains.research.outcome import Outcome, Status  # noqa: E402
 from wmrl.policy.model import build_policy  # noqa: E402
 from wmrl.rollout import Source, RolloutBatch  # noqa: E402
 from wmrl.rollout.types import Judgement, TrajectoryRecord, Turn  # noqa: E402
-from wmrl.world_model import make_world_model  # noqa: E402
+from wmrl.domains.research.world_model import make_world_model  # noqa: E402
 
 GROUPS, SIZE, T, PROMPT, VOCAB = 4, 4, 12, 4, 64
 ANCHORED = (0, 1)

@@ -6,7 +6,7 @@ import pkgutil
 import random
 import sys
 
-from wmrl.policy import grammar
+from wmrl.domains.research import grammar
 
 NESTINGS = [  # (opening, closing) pieces repeated n times around an atom
     ("(", ")"), ("[", "]"), ("{", "}"), ("-", ""), ("not ", ""), ("lambda: ", ""), ("f(", ")"), ("[x for x in ", "]"),

@@ -1,9 +1,9 @@
-"""A tiny stand-in for a wmrl.tasks Task (iris), so sandbox tests need no task suite."""
+"""A tiny stand-in for a wmrl.domains.research.tasks Task (iris), so sandbox tests need no task suite."""
 from __future__ import annotations
 
 import numpy as np
 
-from wmrl.outcome import Outcome, RawResult, Status, ladder_reward
+from wmrl.domains.research.outcome import Outcome, RawResult, Status, ladder_reward
 
 
 class IrisTask:
@@ -96,9 +96,9 @@ def iris_script_task(root, time_limit_s: float = 3.0):
     import pandas as pd
     from sklearn.datasets import load_iris
 
-    from wmrl.tasks.generated import write_folder
-    from wmrl.tasks.script import ScriptTask
-    from wmrl.tasks.spec import TaskSpec
+    from wmrl.domains.research.tasks.generated import write_folder
+    from wmrl.domains.research.tasks.script import ScriptTask
+    from wmrl.domains.research.tasks.spec import TaskSpec
 
     X, y = load_iris(return_X_y=True)
     df = pd.DataFrame(X, columns=["sepal_length", "sepal_width", "petal_length", "petal_width"])

@@ -10,7 +10,7 @@ import torch
 from wmrl.config import EnvConfig
 from wmrl.anchoring import AnchorBudget
 from wmrl.env import Environment
-from wmrl.outcome import Status
+from wmrl.domains.research.outcome import Status
 from wmrl.rollout import Judgement, Trajectory, Turn
 
 
@@ -74,7 +74,7 @@ class _Sandbox:
         self.requests, self.events = [], [] if events is None else events
 
     def submit(self, requests):
-        from wmrl.outcome import Outcome, Status
+        from wmrl.domains.research.outcome import Outcome, Status
 
         self.requests += list(requests)
 
@@ -92,7 +92,7 @@ class _WorldModel:
 
     def predict(self, queries):
         import torch
-        from wmrl.outcome import Outcome, Status
+        from wmrl.domains.research.outcome import Outcome, Status
 
         r = torch.tensor([0.1 + 0.05 * (self.seen + k) for k in range(len(queries))])
         self.seen += len(queries)
@@ -154,7 +154,7 @@ class _HeldSandbox:
 
     def submit(self, requests):
         from concurrent.futures import Future
-        from wmrl.outcome import Outcome, Status
+        from wmrl.domains.research.outcome import Outcome, Status
 
         future = Future()
         self.futures.append((future, [Outcome(r.task.name, Status.VALID, reward=0.9, wall_s=0.1) for r in requests]))
@@ -215,8 +215,8 @@ def test_background_anchors_of_a_checkpoint_with_several_steps_in_flight_resume_
 
 
 def test_rewind_forgets_the_background_anchors_a_resumed_run_replays_and_keeps_those_already_trained(tmp_path):
-    from wmrl.outcome import Outcome, Status
-    from wmrl.sandbox import ExecutionLog, read_log, rewind
+    from wmrl.domains.research.outcome import Outcome, Status
+    from wmrl.domains.research.sandbox import ExecutionLog, read_log, rewind
 
     log = ExecutionLog(tmp_path / "executions.sqlite")
     metas = [{"purpose": "train", "step": 3},  # kept: before the checkpoint at step 5
@@ -267,7 +267,7 @@ class _SlowSandbox:
         import threading
         import time
         from concurrent.futures import Future
-        from wmrl.outcome import Outcome, Status
+        from wmrl.domains.research.outcome import Outcome, Status
 
         self.submits += 1
         future = Future()

@@ -305,8 +305,8 @@ def test_correlated_scenario_arms_install_the_bias_and_compare_global_with_strat
 
 
 def test_the_biased_world_model_adds_the_offset_to_its_class_only():
-    from wmrl.world_model import LearnedEnsembleWM, WMQuery
-    from wmrl.world_model.biased import BiasedWorldModel
+    from wmrl.domains.research.world_model import LearnedEnsembleWM, WMQuery
+    from wmrl.domains.research.world_model.biased import BiasedWorldModel
 
     inner = LearnedEnsembleWM({"members": 1, "d_model": 16, "layers": 1, "heads": 2}, seed=0)
     forest = "from sklearn.ensemble import RandomForestClassifier\ndef build():\n    return RandomForestClassifier()\n"

@@ -289,7 +289,7 @@ def test_each_turn_is_corrected_in_its_own_class_before_the_max():
     """Turn 1 wrote a linear model (WM 0.6, honest), turn 2 a forest (WM 0.8, overrated by 0.3). The
     trajectory's corrected reward is max(0.6, 0.5) = 0.6, not f_forest(max) = 0.5; and each executed
     turn of an anchor is its own pair, filed under its own class."""
-    from wmrl.outcome import Outcome, Status
+    from wmrl.domains.research.outcome import Outcome, Status
     from wmrl.rollout import Judgement, Trajectory, Turn, make_batch
 
     def traj(group, wms, classes, reals=None):

@@ -121,7 +121,7 @@ def test_every_preset_builds_the_parts_it_names(name, tmp_path, session_cache):
     preset makes, and that they are wired by construction (one debiaser shared by all who correct)."""
     from callbacks import AnchorBudgetCallback, CostCallback, DebiasCallback, DenoiseCallback, EvaluationCallback, WorldModelCallback
     from wmrl.recipe import build
-    from wmrl.tasks import load_suite
+    from wmrl.domains.research.tasks import load_suite
 
     cfg = load_config([f"experiment={name}", "policy.warm_start=false", f"task.cache_dir={session_cache}",
                        "sandbox.slots=1", "policy.hidden_size=32", "policy.layers=1", "policy.heads=2"])

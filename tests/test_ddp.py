@@ -93,7 +93,7 @@ def test_a_ddp_run_resumes_to_the_end_of_an_uninterrupted_one(runs):
 def test_train_py_runs_the_smoke_preset_on_two_processes(tmp_path, session_cache):
     import mlflow
 
-    from wmrl.sandbox import read_log
+    from wmrl.domains.research.sandbox import read_log
 
     r = subprocess.run([sys.executable, str(ROOT / "train.py"), "experiment=smoke", "trainer.strategy=ddp",
                         "trainer.devices=2", "trainer.accelerator=cpu", f"run_dir={tmp_path}/runs",

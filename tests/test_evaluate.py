@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from wmrl.evaluate import Evaluator, stratified_mean_ci
-from wmrl.tasks.spec import TaskSpec
+from wmrl.domains.research.tasks.spec import TaskSpec
 
 
 def test_a_task_family_is_named_by_its_file_or_read_from_its_form():
@@ -48,8 +48,8 @@ def test_each_family_gets_its_own_mean_and_interval_beside_the_overall_one():
 
 
 def test_a_task_file_may_name_its_family_and_a_bad_name_is_refused(tmp_path):
-    from wmrl.tasks.spec import TaskError
-    from wmrl.tasks.task_file import load_task_file
+    from wmrl.domains.research.tasks.spec import TaskError
+    from wmrl.domains.research.tasks.task_file import load_task_file
 
     (tmp_path / "t.csv").write_text("a,b,y\n1,x,0\n2,,1\n3,y,0\n4,x,1\n" * 10)
     good = tmp_path / "good.yaml"
@@ -68,7 +68,7 @@ def test_the_built_in_table_tasks_are_a_held_out_family_of_dataframes_with_blank
     """loan_table and house_table: what no training task is (a DataFrame with categorical columns and empty
     cells, ROC AUC and RMSE), optional and held out, reported as eval/family/tables."""
     from wmrl.config import load_config
-    from wmrl.tasks import load_suite
+    from wmrl.domains.research.tasks import load_suite
 
     cfg = load_config(["task.eval=[loan_table,house_table]", f"task.cache_dir={tmp_path}", "task.secret_seed=s"])
     suite = load_suite(cfg.task)
@@ -96,8 +96,8 @@ def test_transfer_tasks_are_evaluated_beside_the_suite_and_kept_out_of_its_rewar
 
 def test_a_transfer_task_may_not_be_trained_on_or_in_the_suite(tmp_path):
     from wmrl.config import load_config
-    from wmrl.tasks import load_suite
-    from wmrl.tasks.spec import TaskError
+    from wmrl.domains.research.tasks import load_suite
+    from wmrl.domains.research.tasks.spec import TaskError
 
     base = [f"task.cache_dir={tmp_path}", "task.secret_seed=s"]
     assert [t.name for t in load_suite(load_config(base + ["task.transfer=[loan_table]"]).task).transfer_tasks()] == ["loan_table"]

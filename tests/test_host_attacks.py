@@ -11,23 +11,23 @@ from pathlib import Path
 
 import pytest
 
-from wmrl.outcome import Outcome, Status
-from wmrl.sandbox.log import ExecutionLog, ExecutionLogError, read_log
-from wmrl.tasks.spec import TaskError
+from wmrl.domains.research.outcome import Outcome, Status
+from wmrl.domains.research.sandbox.log import ExecutionLog, ExecutionLogError, read_log
+from wmrl.domains.research.tasks.spec import TaskError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_a_program_that_is_not_valid_utf8_is_logged_and_judged_a_syntax_error(tmp_path):
-    """A program file with bytes that are not UTF-8 crashed `python -m wmrl.sandbox` (UnicodeDecodeError), and
+    """A program file with bytes that are not UTF-8 crashed `python -m wmrl.domains.research.sandbox` (UnicodeDecodeError), and
     such text reaching the execution log raised in SQLite (it cannot store lone surrogates)."""
     program = tmp_path / "latin1.py"
     program.write_bytes(b"x = '\xff\xfe'\ndef build():\n    return 1\n")
     deep = tmp_path / "deep.py"
     deep.write_text("def build():\n    return " + "1 + " * 3500 + "1\n")
     log = tmp_path / "log.sqlite"
-    r = subprocess.run([sys.executable, "-m", "wmrl.sandbox", "--task", "wine", "--log", str(log), str(program), str(deep),
+    r = subprocess.run([sys.executable, "-m", "wmrl.domains.research.sandbox", "--task", "wine", "--log", str(log), str(program), str(deep),
                         f"task.cache_dir={tmp_path / 'cache'}"], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     rows = [json.loads(line) for line in r.stdout.splitlines()]
@@ -42,8 +42,8 @@ def test_an_execution_the_log_cannot_hold_stops_the_caller_and_the_slot_serves_o
     from sandbox_fakes import IrisTask
 
     from wmrl.config import SandboxConfig
-    from wmrl.sandbox import ExecRequest
-    from wmrl.sandbox.local import LocalSandbox
+    from wmrl.domains.research.sandbox import ExecRequest
+    from wmrl.domains.research.sandbox.local import LocalSandbox
 
     fine = "from sklearn.dummy import DummyClassifier\n\ndef build():\n    return DummyClassifier()\n"
     task = IrisTask(time_limit_s=10.0)
@@ -82,7 +82,7 @@ def _import(folder: Path, tmp_path: Path, **fields):
     from omegaconf import OmegaConf
 
     from wmrl.config import TaskConfig
-    from wmrl.tasks.importer import import_folder
+    from wmrl.domains.research.tasks.importer import import_folder
 
     cfg = OmegaConf.merge(OmegaConf.structured(TaskConfig), {"cache_dir": str(tmp_path / "cache")})
     return import_folder(folder, cfg, {"kind": "classification", **fields})
@@ -116,7 +116,7 @@ def test_import_refuses_a_task_name_that_leaves_the_cache(tmp_path):
 def test_task_yaml_with_python_tags_or_alias_bombs_is_a_clear_error(tmp_path):
     """yaml.safe_load's ConstructorError escaped the importer as a traceback; nested aliases (a few hundred
     bytes) expanded to billions of nodes once the description was printed."""
-    from wmrl.tasks.task_file import load_task_file
+    from wmrl.domains.research.tasks.task_file import load_task_file
 
     folder = _script_folder(tmp_path)
     (folder / "task.yaml").write_text("name: !!python/object/apply:os.system ['echo pwned']\nkind: classification\n")
@@ -137,8 +137,8 @@ def test_a_parquet_file_that_decompresses_past_the_limit_is_refused_before_it_is
     import numpy as np
     import pandas as pd
 
-    from wmrl.tasks.tabular import read_table
-    from wmrl.tasks.task_file import load_task_file
+    from wmrl.domains.research.tasks.tabular import read_table
+    from wmrl.domains.research.tasks.task_file import load_task_file
 
     bomb = tmp_path / "bomb.parquet"
     pd.DataFrame({"x": np.zeros(4_000_000), "y": np.zeros(4_000_000)}).to_parquet(bomb, compression="zstd")
@@ -156,7 +156,7 @@ def test_a_parquet_file_that_decompresses_past_the_limit_is_refused_before_it_is
 
 
 def test_a_csv_whose_header_is_not_utf8_gets_a_clear_error_not_a_traceback(tmp_path):
-    from wmrl.tasks.task_file import load_task_file
+    from wmrl.domains.research.tasks.task_file import load_task_file
 
     csv = tmp_path / "messy.csv"
     csv.write_bytes(b"caf\xe9,y\n1,2\n3,4\n")

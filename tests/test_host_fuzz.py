@@ -12,10 +12,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fuzz_programs  # noqa: E402
 
-from wmrl.outcome import Outcome, Status, render_observation  # noqa: E402
-from wmrl.sandbox.program import MAX_NESTING, MAX_PROGRAM_CHARS, extract_program, parse_program, precheck  # noqa: E402
-from wmrl.tasks.action import action_class  # noqa: E402
-from wmrl.world_model.static import decided_status  # noqa: E402
+from wmrl.domains.research.outcome import Outcome, Status, render_observation  # noqa: E402
+from wmrl.domains.research.sandbox.program import MAX_NESTING, MAX_PROGRAM_CHARS, extract_program, parse_program, precheck  # noqa: E402
+from wmrl.domains.research.tasks.action import action_class  # noqa: E402
+from wmrl.domains.research.world_model.static import decided_status  # noqa: E402
 
 N_PROGRAMS = 10_000
 DECISION_S = 0.050  # per text, CPU time of this thread: every host-side reading of one text together
@@ -111,7 +111,7 @@ def test_the_catalog_is_built_in_a_child_process_and_matches_the_libraries(tmp_p
     what it records is what the libraries hold."""
     import sklearn.svm
 
-    from wmrl.world_model import catalog as catalog_module
+    from wmrl.domains.research.world_model import catalog as catalog_module
 
     monkeypatch.setenv("WMRL_CACHE", str(tmp_path))
     catalog_module.catalog.cache_clear()

@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM  # noqa: E402
 
 from wmrl.policy.chat import ChatFormat  # noqa: E402
 from wmrl.policy.model import load_pretrained  # noqa: E402
-from wmrl.sandbox import read_log  # noqa: E402
+from wmrl.domains.research.sandbox import read_log  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -14,10 +14,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from checkpoints import make_checkpoint  # noqa: E402
 
-from wmrl.outcome import PREDICTED_STATUSES, Outcome, Status  # noqa: E402
-from wmrl.world_model import PromptedLMWM, WMQuery, WorldModel, make_world_model  # noqa: E402
-from wmrl.world_model.lm import HFFrozenLM, load_frozen  # noqa: E402
-from wmrl.world_model.prompted import parse_answer, score_distribution  # noqa: E402
+from wmrl.domains.research.outcome import PREDICTED_STATUSES, Outcome, Status  # noqa: E402
+from wmrl.domains.research.world_model import PromptedLMWM, WMQuery, WorldModel, make_world_model  # noqa: E402
+from wmrl.domains.research.world_model.lm import HFFrozenLM, load_frozen  # noqa: E402
+from wmrl.domains.research.world_model.prompted import parse_answer, score_distribution  # noqa: E402
 
 RF = "from sklearn.ensemble import RandomForestClassifier\n\n\ndef build():\n    return RandomForestClassifier()\n"
 KNN = "from sklearn.neighbors import KNeighborsClassifier\n\n\ndef build():\n    return KNeighborsClassifier()\n"

@@ -2,7 +2,7 @@
 import math
 import torch
 
-from wmrl.outcome import Outcome, Status
+from wmrl.domains.research.outcome import Outcome, Status
 from wmrl.rollout import Source, Judgement, Trajectory, Turn, make_batch
 
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from wmrl.config import SandboxConfig
-from wmrl.outcome import Status
-from wmrl.sandbox import ExecRequest, IsolationUnavailable, Sandbox, extract_program, make_sandbox, precheck, read_log
-from wmrl.sandbox import isolation
-from wmrl.sandbox.base import SandboxClosed
-from wmrl.sandbox.local import LocalSandbox
+from wmrl.domains.research.outcome import Status
+from wmrl.domains.research.sandbox import ExecRequest, IsolationUnavailable, Sandbox, extract_program, make_sandbox, precheck, read_log
+from wmrl.domains.research.sandbox import isolation
+from wmrl.domains.research.sandbox.base import SandboxClosed
+from wmrl.domains.research.sandbox.local import LocalSandbox
 
 sys.path.insert(0, str(Path(__file__).parent))
 from sandbox_fakes import IrisTask  # noqa: E402
@@ -161,7 +161,7 @@ def test_log_survives_sigkill_of_the_host(tmp_path):
         sys.path.insert(0, {str(REPO / 'tests')!r})
         from sandbox_fakes import IrisTask
         from wmrl.config import SandboxConfig
-        from wmrl.sandbox import ExecRequest, make_sandbox
+        from wmrl.domains.research.sandbox import ExecRequest, make_sandbox
         sb = make_sandbox(SandboxConfig(slots=1), log_path={str(log)!r})
         task = IrisTask()
         for i in range(3):
@@ -193,7 +193,7 @@ def test_cli_prints_one_judged_line_per_program(tmp_path):
     good, bad = tmp_path / "good.py", tmp_path / "bad.py"
     good.write_text(GOOD.replace("LogisticRegression(max_iter=500)", "LogisticRegression(max_iter=2000)"))
     bad.write_text("def build():\n    raise RuntimeError('boom')\n")
-    r = subprocess.run([sys.executable, "-m", "wmrl.sandbox", "--task", "iris", str(good), str(bad),
+    r = subprocess.run([sys.executable, "-m", "wmrl.domains.research.sandbox", "--task", "iris", str(good), str(bad),
                         "sandbox.slots=1"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     lines = [json.loads(line) for line in r.stdout.splitlines()]
@@ -207,7 +207,7 @@ def test_cli_prints_one_judged_line_per_program(tmp_path):
 def test_cli_usage_errors_exit_2(tmp_path, args, message):
     good = tmp_path / "good.py"
     good.write_text(GOOD)
-    r = subprocess.run([sys.executable, "-m", "wmrl.sandbox", *[a.format(good=good) for a in args]], cwd=REPO,
+    r = subprocess.run([sys.executable, "-m", "wmrl.domains.research.sandbox", *[a.format(good=good) for a in args]], cwd=REPO,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and message in r.stderr
 
@@ -234,7 +234,7 @@ def test_cli_prints_strict_json_whatever_the_program_reports(tmp_path):
                     "    def fit(self, X, y):\n        super().fit(X, y)\n"
                     "        time.perf_counter = lambda: float('nan')\n        return self\n"
                     "def build():\n    return Liar(max_iter=2000)\n")
-    r = subprocess.run([sys.executable, "-m", "wmrl.sandbox", "--task", "iris", str(liar), "sandbox.slots=1"],
+    r = subprocess.run([sys.executable, "-m", "wmrl.domains.research.sandbox", "--task", "iris", str(liar), "sandbox.slots=1"],
                        cwd=REPO, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     [line] = [json.loads(line, parse_constant=_no_nan) for line in r.stdout.splitlines()]
@@ -244,7 +244,7 @@ def test_cli_prints_strict_json_whatever_the_program_reports(tmp_path):
 def test_an_environment_under_tmp_is_re_exposed_over_the_scratch_tmpfs(monkeypatch, tmp_path):
     """A venv under /tmp (CI's, or a user's) would be hidden by the sandbox's private /tmp: unshare mode
     must re-expose it, and bwrap must mount the scratch /tmp before binding the environment on top."""
-    from wmrl.sandbox import isolation
+    from wmrl.domains.research.sandbox import isolation
 
     venv = str(tmp_path / "venv")  # pytest's tmp_path lives under /tmp
     assert venv.startswith("/tmp/")

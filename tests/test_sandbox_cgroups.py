@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from wmrl.config import SandboxConfig
-from wmrl.outcome import Status
-from wmrl.sandbox import ExecRequest, IsolationUnavailable, cgroups
-from wmrl.sandbox.cgroups import CgroupsUnavailable, SlotCgroups, SlotLimits
-from wmrl.sandbox.local import LocalSandbox
+from wmrl.domains.research.outcome import Status
+from wmrl.domains.research.sandbox import ExecRequest, IsolationUnavailable, cgroups
+from wmrl.domains.research.sandbox.cgroups import CgroupsUnavailable, SlotCgroups, SlotLimits
+from wmrl.domains.research.sandbox.local import LocalSandbox
 
 sys.path.insert(0, str(Path(__file__).parent))
 from sandbox_fakes import IrisTask  # noqa: E402

@@ -5,9 +5,9 @@ The attacks here hold the public dataset and everything a program gets (X_train,
 import numpy as np
 import pytest
 
-from wmrl.tasks import data, leaderboard
-from wmrl.tasks.builtin import BUILTIN
-from wmrl.tasks.task import Task
+from wmrl.domains.research.tasks import data, leaderboard
+from wmrl.domains.research.tasks.builtin import BUILTIN
+from wmrl.domains.research.tasks.task import Task
 
 SECRET = "test-secret"
 BUNDLED = [name for name, spec in BUILTIN.items() if spec.data.startswith("bundled:")]

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from wmrl.config import SandboxConfig
-from wmrl.outcome import Status
-from wmrl.sandbox.base import ExecRequest
-from wmrl.sandbox.local import LocalSandbox
+from wmrl.domains.research.outcome import Status
+from wmrl.domains.research.sandbox.base import ExecRequest
+from wmrl.domains.research.sandbox.local import LocalSandbox
 
 sys.path.insert(0, str(Path(__file__).parent))
 from sandbox_fakes import IRIS_SCRIPT_MAIN, IrisTask, SyntheticTask, iris_script_task  # noqa: E402

@@ -11,8 +11,8 @@ ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.timeout(300)  # CI installs it (the dev extra); skipped only where Ray is truly absent
 
 from wmrl.config import RayConfig, SandboxConfig  # noqa: E402
-from wmrl.outcome import Status  # noqa: E402
-from wmrl.sandbox import ExecRequest, Sandbox, make_sandbox, read_log  # noqa: E402
+from wmrl.domains.research.outcome import Status  # noqa: E402
+from wmrl.domains.research.sandbox import ExecRequest, Sandbox, make_sandbox, read_log  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from sandbox_fakes import IrisTask, SyntheticTask  # noqa: E402
@@ -73,7 +73,7 @@ def test_results_equal_the_local_backend_on_the_same_seeded_programs(shared):
 def test_actors_run_the_local_backends_isolation_and_get_no_labels(shared):
     import numpy as np
 
-    from wmrl.sandbox import isolation
+    from wmrl.domains.research.sandbox import isolation
 
     iris, sb = IrisTask(), shared
     # each actor's pool chose the isolation the local backend chooses here (bwrap or unshare, never none)

@@ -1,5 +1,5 @@
 """Script tasks (MLE-bench layout): the program reads ./input/ and writes ./submission/submission.csv,
-the host grades the file against answers the sandbox never sees; `python -m wmrl.tasks import`."""
+the host grades the file against answers the sandbox never sees; `python -m wmrl.domains.research.tasks import`."""
 from __future__ import annotations
 
 import os
@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from wmrl.config import SandboxConfig, TaskConfig
-from wmrl.outcome import RawResult, Status
-from wmrl.sandbox.base import ExecRequest
-from wmrl.sandbox.program import precheck
-from wmrl.tasks import TaskError, load_suite
+from wmrl.domains.research.outcome import RawResult, Status
+from wmrl.domains.research.sandbox.base import ExecRequest
+from wmrl.domains.research.sandbox.program import precheck
+from wmrl.domains.research.tasks import TaskError, load_suite
 
 REPO = Path(__file__).resolve().parent.parent
 SECRET = "q" * 64
@@ -51,7 +51,7 @@ def loan(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def sandbox():
-    from wmrl.sandbox.local import LocalSandbox
+    from wmrl.domains.research.sandbox.local import LocalSandbox
 
     with LocalSandbox(SandboxConfig(slots=1)) as sb:
         yield sb
@@ -129,9 +129,9 @@ def test_precheck_follows_the_interface(sandbox, loan):
 
 def test_world_model_learns_from_script_programs(loan):
     """A script has no build(): under the estimator rule the world model would never train on it."""
-    from wmrl.outcome import Outcome
-    from wmrl.world_model.base import WMQuery
-    from wmrl.world_model.ensemble import LearnedEnsembleWM
+    from wmrl.domains.research.outcome import Outcome
+    from wmrl.domains.research.world_model.base import WMQuery
+    from wmrl.domains.research.world_model.ensemble import LearnedEnsembleWM
 
     outcome = Outcome(loan.name, Status.NO_VALID_OUTPUT, loan.metric, reward=0.2)
     assert LearnedEnsembleWM._trainable(WMQuery(loan.name, loan.descriptor(), GOOD, "", loan.metric, loan.interface), outcome)
@@ -169,7 +169,7 @@ def _mlebench_folder(root: Path, loan) -> Path:
 def test_import_registers_an_mlebench_folder_with_its_leaderboard_on_first_use(tmp_path, loan):
     comp = _mlebench_folder(tmp_path, loan)
     cache = tmp_path / "cache"
-    r = subprocess.run([sys.executable, "-m", "wmrl.tasks", "import", str(comp), "--kind", "classification",
+    r = subprocess.run([sys.executable, "-m", "wmrl.domains.research.tasks", "import", str(comp), "--kind", "classification",
                         "--metric", "roc_auc", "--name", "loans", f"task.cache_dir={cache}", f"task.secret_seed={SECRET}"],
                        capture_output=True, text=True, cwd=REPO, timeout=120)
     assert r.returncode == 0, r.stderr
@@ -179,13 +179,13 @@ def test_import_registers_an_mlebench_folder_with_its_leaderboard_on_first_use(t
     assert not list((cache / "leaderboards").glob("loans-*.json"))  # not built at import
     task.leaderboard()
     assert list((cache / "leaderboards").glob("loans-*.json"))
-    again = subprocess.run([sys.executable, "-m", "wmrl.tasks", "import", str(comp), "--kind", "classification",
+    again = subprocess.run([sys.executable, "-m", "wmrl.domains.research.tasks", "import", str(comp), "--kind", "classification",
                             "--name", "loans", f"task.cache_dir={cache}"], capture_output=True, text=True, cwd=REPO)
     assert again.returncode == 2 and "already imported" in again.stderr
 
 
 def test_import_refuses_a_folder_without_answers(tmp_path, loan):
-    from wmrl.tasks.importer import import_folder
+    from wmrl.domains.research.tasks.importer import import_folder
 
     comp = _mlebench_folder(tmp_path, loan)
     (comp / "prepared" / "private" / "test.csv").unlink()
@@ -199,8 +199,8 @@ def test_private_task_files_outside_covered_places_are_hidden_in_unshare_mode(tm
     because the suite names it private; bwrap never mounts it."""
     import tempfile
 
-    from wmrl.sandbox import isolation
-    from wmrl.sandbox.local import LocalSandbox
+    from wmrl.domains.research.sandbox import isolation
+    from wmrl.domains.research.sandbox.local import LocalSandbox
 
     sys.path.insert(0, str(Path(__file__).parent))
     from test_tabular_tasks import write_penguins, write_task
@@ -232,9 +232,9 @@ def test_multiclass_probabilities_are_graded_per_class_column(tmp_path):
     import pandas as pd
     from sklearn.datasets import load_iris
 
-    from wmrl.tasks.generated import write_folder
-    from wmrl.tasks.script import ScriptTask
-    from wmrl.tasks.spec import TaskSpec
+    from wmrl.domains.research.tasks.generated import write_folder
+    from wmrl.domains.research.tasks.script import ScriptTask
+    from wmrl.domains.research.tasks.spec import TaskSpec
 
     X, y = load_iris(return_X_y=True)
     names = np.array(["setosa", "versicolor", "virginica"])[y]

@@ -121,7 +121,7 @@ def test_no_module_imports_a_layer_above_it(layer):
 
 def test_the_math_is_pure():
     bad = [f"{p.relative_to(ROOT)} imports {m}" for p in _files(*PURE) for m in _imports(p)
-           if m.startswith(("lightning", "wmrl.rollout", "wmrl.env", "wmrl.module", "wmrl.world_model", "wmrl.sandbox"))]
+           if m.startswith(("lightning", "wmrl.rollout", "wmrl.env", "wmrl.module", "wmrl.domains.research.world_model", "wmrl.domains.research.sandbox"))]
     assert bad == []
 
 
@@ -134,7 +134,7 @@ def test_no_part_searches_the_trainers_callbacks_or_probes_another_with_hasattr(
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "hasattr":
                 # inspecting agent programs (module attributes of sklearn etc.) is not probing a part
-                if path.relative_to(ROOT).as_posix() not in ("wmrl/world_model/catalog.py",):
+                if path.relative_to(ROOT).as_posix() not in ("wmrl/domains/research/world_model/catalog.py",):
                     offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: hasattr")
     assert offenders == []
 
@@ -148,13 +148,13 @@ METHOD = ("wmrl/rollout", "wmrl/env.py", "wmrl/background.py", "wmrl/anchoring",
           "wmrl/fidelity.py", "wmrl/strata.py", "wmrl/distributed.py", "wmrl/tracking.py", "wmrl/generation",
           "datamodules", "callbacks/__init__.py", "callbacks/debias.py", "callbacks/denoise.py", "callbacks/budget.py",
           "callbacks/cost.py", "callbacks/evaluation.py", "callbacks/checkpoint.py", "callbacks/progress.py")
-RESEARCH = ("wmrl.tasks", "wmrl.sandbox", "wmrl.world_model", "wmrl.outcome", "wmrl.policy.grammar",
-            "wmrl.policy.warmstart")
+RESEARCH = ("wmrl.domains.research.tasks", "wmrl.domains.research.sandbox", "wmrl.domains.research.world_model", "wmrl.domains.research.outcome", "wmrl.domains.research.grammar",
+            "wmrl.domains.research.warmstart")
 KNOWN_EDGES = {  # file -> the research modules it still imports
-    "wmrl/rollout/batch.py": {"wmrl.outcome"},
-    "wmrl/rollout/types.py": {"wmrl.outcome"},
-    "wmrl/rollout/collect.py": {"wmrl.sandbox.program"},
-    "wmrl/env.py": {"wmrl.outcome", "wmrl.world_model", "wmrl.sandbox"},
+    "wmrl/rollout/batch.py": {"wmrl.domains.research.outcome"},
+    "wmrl/rollout/types.py": {"wmrl.domains.research.outcome"},
+    "wmrl/rollout/collect.py": {"wmrl.domains.research.sandbox.program"},
+    "wmrl/env.py": {"wmrl.domains.research.outcome", "wmrl.domains.research.world_model", "wmrl.domains.research.sandbox"},
 }
 
 

@@ -29,7 +29,7 @@ def test_smoke_trains_on_a_users_messy_csv(tmp_path, session_cache):
     run_dir = next((tmp_path / "runs").iterdir())
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["cost/real_executions"] >= 0
-    from wmrl.sandbox import read_log
+    from wmrl.domains.research.sandbox import read_log
 
     train = [row for row in read_log(run_dir / "executions.sqlite") if row["meta"].get("purpose") == "train"]
     assert train and {row["outcome"]["task"] for row in train} == {"penguins"}

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from wmrl.config import SandboxConfig, TaskConfig
-from wmrl.outcome import RawResult, Status
-from wmrl.tasks import TaskError, load_suite
+from wmrl.domains.research.outcome import RawResult, Status
+from wmrl.domains.research.tasks import TaskError, load_suite
 
 SECRET = "t" * 64
 
@@ -142,7 +142,7 @@ def test_one_class_and_oversized_files_are_refused_clearly(tmp_path):
 
 
 def test_grammar_programs_for_tables_fit_in_process(penguins):
-    from wmrl.policy import grammar
+    from wmrl.domains.research import grammar
 
     rng = random.Random(0)
     X, y, X_eval = penguins.inputs("val")
@@ -158,8 +158,8 @@ def test_grammar_programs_for_tables_fit_in_process(penguins):
 
 
 def test_sandbox_gives_the_program_a_dataframe_and_scores_probabilities(tmp_path):
-    from wmrl.sandbox.base import ExecRequest
-    from wmrl.sandbox.local import LocalSandbox
+    from wmrl.domains.research.sandbox.base import ExecRequest
+    from wmrl.domains.research.sandbox.local import LocalSandbox
 
     write_penguins(tmp_path / "penguins.csv", species=("no", "yes"))
     task = suite(tmp_path, write_task(tmp_path, metric="roc_auc")).get("penguins")
@@ -203,7 +203,7 @@ def test_warm_start_pairs_table_programs_with_table_prompts_only(penguins):
     sys.path.insert(0, str(Path(__file__).parent))
     from test_warmstart import _Chat, _prompts
 
-    from wmrl.policy.warmstart import demonstrations
+    from wmrl.domains.research.warmstart import demonstrations
 
     suite_ = load_suite(TaskConfig(cache_dir=str(penguins.cache_dir), secret_seed=SECRET))
     tasks = [penguins, suite_.get("wine"), suite_.get("diabetes"), suite_.get("loan_default")]

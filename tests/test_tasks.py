@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from wmrl.config import TaskConfig
-from wmrl.outcome import RawResult, Status
-from wmrl.tasks import TaskError, action_class, load_suite
-from wmrl.tasks import leaderboard as leaderboard_mod
+from wmrl.domains.research.outcome import RawResult, Status
+from wmrl.domains.research.tasks import TaskError, action_class, load_suite
+from wmrl.domains.research.tasks import leaderboard as leaderboard_mod
 
 REPO = Path(__file__).resolve().parent.parent
 SECRET = "a" * 64
@@ -305,7 +305,7 @@ def test_action_class(source, expected, wine):
 
 def _cli(*args, cwd=REPO):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "wmrl.tasks", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "wmrl.domains.research.tasks", *args], capture_output=True, text=True,
                           cwd=cwd, env=env, timeout=120)
 
 
@@ -329,7 +329,7 @@ def test_cli_usage_errors_exit_2(cache_dir, args, message):
 
 
 def test_importing_tasks_does_not_import_sklearn():
-    code = "import sys, wmrl.tasks; print(any(m.startswith('sklearn') for m in sys.modules))"
+    code = "import sys, wmrl.domains.research.tasks; print(any(m.startswith('sklearn') for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
                          env={**os.environ, "PYTHONPATH": str(REPO)})
     assert out.stdout.strip() == "False", out.stderr

@@ -70,7 +70,7 @@ def test_smoke_saves_config_samples_and_checkpoint_artifacts(smoke_run):
 
 def test_smoke_uses_the_world_model_and_fewer_real_executions(smoke_run):
     tmp, run_dir, summary, wall = smoke_run
-    from wmrl.sandbox import read_log
+    from wmrl.domains.research.sandbox import read_log
 
     log = read_log(run_dir / "executions.sqlite")
     train = [r for r in log if r["meta"].get("purpose") == "train"]
@@ -242,7 +242,7 @@ def test_killed_run_resumes_to_the_same_end(tmp_path, session_cache):
     assert len(runs) == 1
     history = client.get_metric_history(runs[0].info.run_id, "time/step_s")
     assert sorted({m.step for m in history}) == [1, 2, 3, 4, 5]
-    from wmrl.sandbox import read_log
+    from wmrl.domains.research.sandbox import read_log
 
     def train_rows(d):
         return sorted((r["meta"]["step"], r["program"]) for r in read_log(d / "executions.sqlite") if r["meta"]["purpose"] == "train")

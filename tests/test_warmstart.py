@@ -6,9 +6,9 @@ import random
 import pytest
 
 from wmrl.config import TaskConfig
-from wmrl.policy import grammar
-from wmrl.policy.warmstart import demonstrations, mixed_prompt
-from wmrl.tasks import load_suite
+from wmrl.domains.research import grammar
+from wmrl.domains.research.warmstart import demonstrations, mixed_prompt
+from wmrl.domains.research.tasks import load_suite
 
 
 class _Chat:

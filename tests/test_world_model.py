@@ -12,8 +12,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from wm_synthetic import TASKS, make_examples  # noqa: E402
 
-from wmrl.outcome import PREDICTED_STATUSES, Outcome, Status  # noqa: E402
-from wmrl.world_model import (LearnedEnsembleWM, WMQuery, WorldModel, fidelity_metrics,  # noqa: E402
+from wmrl.domains.research.outcome import PREDICTED_STATUSES, Outcome, Status  # noqa: E402
+from wmrl.domains.research.world_model import (LearnedEnsembleWM, WMQuery, WorldModel, fidelity_metrics,  # noqa: E402
                               load_world_model, make_world_model, reward_fidelity, reward_moments)
 
 SMALL = {"members": 4, "d_model": 64, "layers": 2, "heads": 4, "batch_size": 32, "updates_per_step": 5}
@@ -167,8 +167,8 @@ def test_fidelity_on_hand_made_pairs():
 
 
 def test_cli_fits_from_an_execution_log(tmp_path):
-    from wmrl.sandbox.log import ExecutionLog
-    from wmrl.world_model.__main__ import main
+    from wmrl.domains.research.sandbox.log import ExecutionLog
+    from wmrl.domains.research.world_model.__main__ import main
 
     log = ExecutionLog(tmp_path / "executions.sqlite")
     for q, o in make_examples(40, seed=5):
@@ -199,7 +199,7 @@ def test_a_program_executed_before_is_predicted_from_memory():
 
 
 def test_certain_runtime_errors_are_predicted_exactly_without_the_network():
-    from wmrl.world_model.static import static_check
+    from wmrl.domains.research.world_model.static import static_check
 
     fine = "from sklearn.ensemble import RandomForestClassifier\n\ndef build():\n    return RandomForestClassifier()\n"
     mismatch = "from sklearn.ensemble import ExtraTreesRegressor\n\ndef build():\n    return RandomForestClassifier()\n"
@@ -264,10 +264,10 @@ def test_programs_that_certainly_fail_are_predicted_with_the_sandboxs_own_error_
     from sandbox_fakes import IrisTask
 
     from wmrl.config import SandboxConfig
-    from wmrl.outcome import error_line
-    from wmrl.sandbox import ExecRequest
-    from wmrl.sandbox.local import LocalSandbox
-    from wmrl.world_model.static import static_check
+    from wmrl.domains.research.outcome import error_line
+    from wmrl.domains.research.sandbox import ExecRequest
+    from wmrl.domains.research.sandbox.local import LocalSandbox
+    from wmrl.domains.research.world_model.static import static_check
 
     task = IrisTask(time_limit_s=10.0)
     with LocalSandbox(SandboxConfig(slots=1)) as sb:
@@ -302,7 +302,7 @@ def test_predicted_feedback_reads_like_real_feedback():
     """A failure is shown with its error line, in the exact format of a real observation: the exact
     line for a program seen before, the precheck's own message for a syntax error, and for a new
     program the error its class most often raised."""
-    from wmrl.outcome import render_observation
+    from wmrl.domains.research.outcome import render_observation
 
     wm = LearnedEnsembleWM({**SMALL, "updates_per_step": 1}, seed=0)
     forest = ("from sklearn.ensemble import RandomForestClassifier\n\ndef build():\n"
@@ -327,8 +327,8 @@ def test_predicted_feedback_reads_like_real_feedback():
 
 def test_pretrain_fits_on_training_tasks_only_is_cached_and_loads_as_init(session_cache, tmp_path):
     from wmrl.config import load_config
-    from wmrl.sandbox.log import read_log
-    from wmrl.world_model.pretrain import pretrain
+    from wmrl.domains.research.sandbox.log import read_log
+    from wmrl.domains.research.world_model.pretrain import pretrain
 
     cfg = load_config(["experiment=smoke", f"task.cache_dir={session_cache}", "sandbox.slots=2", "world_model.members=2"])
     first = pretrain(cfg, per_task=4, epochs=2)
@@ -346,7 +346,7 @@ def test_a_pretrained_world_model_is_fitted_again_when_the_code_that_learns_chan
     import inspect
 
     from wmrl.config import load_config
-    from wmrl.world_model import ensemble, pretrain
+    from wmrl.domains.research.world_model import ensemble, pretrain
 
     cfg = load_config([])
     key = pretrain.cache_key(cfg, [], 4, 2, [], 0)

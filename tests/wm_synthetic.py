@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import random
 
-from wmrl.outcome import Outcome, Status, ladder_reward
-from wmrl.world_model.base import WMQuery
+from wmrl.domains.research.outcome import Outcome, Status, ladder_reward
+from wmrl.domains.research.world_model.base import WMQuery
 
 TASKS = {
     "wine": "task=wine kind=classification n=124 d=13 classes=3 metric=accuracy",

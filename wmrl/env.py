@@ -22,9 +22,9 @@ import torch
 from wmrl import stop
 from wmrl.background import BackgroundExecutions, BackgroundPool
 from wmrl.anchoring import AnchorBudget, choose_anchor_groups, predicted_advantage
-from wmrl.outcome import Outcome, Status, render_observation
+from wmrl.domains.research.outcome import Outcome, Status, render_observation
 from wmrl.rollout.types import Judgement, Source, Trajectory, TurnItem
-from wmrl.world_model import WMQuery, WorldModel
+from wmrl.domains.research.world_model import WMQuery, WorldModel
 
 if TYPE_CHECKING:
     from wmrl.corrections import Debiaser  # collection uses the fit, never the corrections' math
@@ -104,7 +104,7 @@ class Environment:
 
     def execute(self, items: Sequence[TurnItem], split: str):
         """Start real executions without waiting; `collect` gathers them."""
-        from wmrl.sandbox import ExecRequest
+        from wmrl.domains.research.sandbox import ExecRequest
 
         return self.sandbox.submit([ExecRequest(self.suite.get(i.task), i.program, split, i.meta) for i in items])
 

@@ -32,15 +32,15 @@ if TYPE_CHECKING:
     from wmrl.env import Environment
     from wmrl.module import WMRLModule
     from wmrl.rollout.collect import Rollout
-    from wmrl.sandbox import Sandbox
-    from wmrl.tasks import TaskSuite
-from wmrl.outcome import Outcome, Status, render_observation
-from wmrl.world_model import WorldModel
+    from wmrl.domains.research.sandbox import Sandbox
+    from wmrl.domains.research.tasks import TaskSuite
+from wmrl.domains.research.outcome import Outcome, Status, render_observation
+from wmrl.domains.research.world_model import WorldModel
 
 
 def tokenizer_corpus(tasks: list, seed: int, n_programs: int = 3000) -> list[str]:
     """Texts the built-in tokenizer is trained on: every prompt, grammar programs, feedback lines."""
-    from wmrl.policy import grammar
+    from wmrl.domains.research import grammar
     from wmrl.policy.chat import NEXT_TURN
 
     rng = random.Random(seed)
@@ -71,7 +71,7 @@ def build_policy_and_tokenizer(cfg: DictConfig, tasks: list, cache_dir: Path, pr
     from wmrl.policy.chat import ChatFormat
     from wmrl.policy.model import build_policy, checkpoint_fingerprint, load_pretrained, prepare_for_training
     from wmrl.policy.tokenizer import cached_tokenizer
-    from wmrl.policy.warmstart import warm_start, warm_start_key
+    from wmrl.domains.research.warmstart import warm_start, warm_start_key
 
     seed = policy_seed(cfg)
     if cfg.policy.model:
@@ -142,7 +142,7 @@ class Parts:
 
 def build(cfg: DictConfig, run_dir: Path, suite, wrap_world_model: Callable[[WorldModel], WorldModel] | None = None,
           progress: bool = False, rank: int = 0, world: int = 1) -> Parts:
-    """The one place the config becomes objects, around the task `suite` (`wmrl.tasks.load_suite(cfg.task)`).
+    """The one place the config becomes objects, around the task `suite` (`wmrl.domains.research.tasks.load_suite(cfg.task)`).
     `wrap_world_model`: a scenario installed around the world model (benchmarks: a biased one).
     `rank`, `world`: this process under DDP: it rolls out its share of each step's groups with its share of
     the sandbox slots; rank 0 alone evaluates and writes the anchor log."""
@@ -155,14 +155,14 @@ def build(cfg: DictConfig, run_dir: Path, suite, wrap_world_model: Callable[[Wor
     from wmrl.module import WMRLModule
     from wmrl.rl import dr_grpo_normaliser
     from wmrl.rollout.collect import Rollout, Sampling
-    from wmrl.sandbox import make_sandbox
+    from wmrl.domains.research.sandbox import make_sandbox
 
     # policy, world model, sandbox
     train_tasks, eval_tasks = suite.train_tasks(), suite.eval_tasks()
     policy, tok, chat, warm = build_policy_and_tokenizer(cfg, train_tasks, Path(cfg.task.cache_dir).expanduser(), progress)
     world_model = None
     if cfg.env.mode == "wm":
-        from wmrl.world_model import make_world_model
+        from wmrl.domains.research.world_model import make_world_model
 
         world_model = make_world_model(cfg.world_model, seed=cfg.seed, base_model=cfg.policy.model)
         if wrap_world_model is not None:
@@ -231,8 +231,8 @@ def train(cfg: DictConfig, wrap_world_model: Callable[[WorldModel], WorldModel] 
     from callbacks.progress import StepProgressBar, arms
     from wmrl.report.data import TRACKING_URI_FILE, absolute_tracking_uri
     from wmrl.rollout.collect import Rollout
-    from wmrl.sandbox import rewind
-    from wmrl.tasks import load_suite
+    from wmrl.domains.research.sandbox import rewind
+    from wmrl.domains.research.tasks import load_suite
 
     # Oversubscribed cores make torch's OpenMP threads spin: on 2 cores with a busy sandbox, 2 threads
     # ran a training step 15x slower than 1 thread.

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 
 import torch
 
-from wmrl.outcome import Status
+from wmrl.domains.research.outcome import Status
 from wmrl.rollout.types import Source, Trajectory, TrajectoryRecord
 
 

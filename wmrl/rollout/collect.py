@@ -23,7 +23,7 @@ from wmrl.background import BackgroundExecutions
 from wmrl.env import EnvTimes, Environment
 from wmrl.rollout.batch import RolloutBatch, make_batch
 from wmrl.rollout.types import Trajectory, Turn, TurnItem
-from wmrl.sandbox.program import extract_program
+from wmrl.domains.research.sandbox.program import extract_program
 from wmrl.seeding import stream_seed
 
 

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-from wmrl.outcome import Outcome, Status
+from wmrl.domains.research.outcome import Outcome, Status
 
 
 class Source(IntEnum):

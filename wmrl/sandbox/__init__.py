@@ -1,8 +1,0 @@
-"""Safe, fast execution of agent programs: isolated warm workers, judged outcomes, a durable log."""
-from wmrl.sandbox.base import ExecRequest, Sandbox, make_sandbox
-from wmrl.sandbox.isolation import IsolationUnavailable
-from wmrl.sandbox.log import ExecutionLog, iter_log, read_log, rewind
-from wmrl.sandbox.program import extract_program, precheck
-
-__all__ = ["ExecRequest", "Sandbox", "make_sandbox", "IsolationUnavailable", "ExecutionLog", "iter_log", "read_log", "rewind",
-           "extract_program", "precheck"]
