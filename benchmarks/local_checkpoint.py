@@ -25,7 +25,7 @@ def corpus(seed: int = 0) -> list[str]:
     from wmrl.config import load_config
     from wmrl.domains.research.outcome import PREDICTED_STATUSES
     from wmrl.domains.research import grammar
-    from wmrl.recipe import tokenizer_corpus
+    from wmrl.domains.research.domain import tokenizer_corpus
     from wmrl.domains.research.tasks import load_suite
     from wmrl.domains.research.world_model.base import WMQuery
     from wmrl.domains.research.world_model.prompted import SYSTEM, user_message

@@ -44,12 +44,14 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
 def measure(overrides: list[str], samples: int, seed: int = 0) -> dict:
     from wmrl.config import load_config
     from wmrl.generation import make_generator
+    from wmrl.domains.research.domain import ResearchDomain
     from wmrl.recipe import build_policy_and_tokenizer
     from wmrl.domains.research.tasks import load_suite
 
     cfg = load_config(overrides)
     suite = load_suite(cfg.task)
-    policy, tok, chat, _ = build_policy_and_tokenizer(cfg, suite.train_tasks(), Path(cfg.task.cache_dir).expanduser(), False)
+    policy, tok, chat, _ = build_policy_and_tokenizer(cfg, ResearchDomain(suite, cache_dir=Path(cfg.task.cache_dir).expanduser()),
+                                                    Path(cfg.task.cache_dir).expanduser(), False)
     policy.eval()
     gen = make_generator(cfg.generation, policy, tok, chat.eos_ids)
     per_task, out = {}, {}

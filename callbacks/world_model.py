@@ -1,5 +1,5 @@
 """World-model training, the step's `world_model` stage (`wmrl.step`): after the update, the world model
-learns from the step's newly executed programs and is scored against real execution on its anchors."""
+learns from the step's newly executed actions and is scored against real execution on its anchors."""
 from __future__ import annotations
 
 import json
@@ -8,44 +8,30 @@ from pathlib import Path
 from lightning.pytorch import Callback
 
 from wmrl import distributed
-from wmrl.domains.research.outcome import Status, render_observation
+from wmrl.domain import Domain
+from wmrl.fidelity import reward_fidelity
 from wmrl.rollout import RolloutBatch, Source, TrajectoryRecord
-from wmrl.domains.research.world_model import WMQuery, WorldModel, reward_fidelity
 
 
 class WorldModelCallback(Callback):
-    """After the policy update (`__call__`, returns its metrics): `world_model.update` on every executed program
-    (warm-up, sandbox and anchor groups; infra errors left out), then fidelity on the anchored
-    programs (`wm/spearman`, `wm/mae`, `wm/coverage_2sigma`, `wm/status_acc`), each anchored turn
+    """After the policy update (`__call__`, returns its metrics): `world_model.update` on every executed action
+    (warm-up, sandbox and anchor groups; missing outcomes left out: `Domain.examples`), then fidelity on the
+    anchored actions (`wm/spearman`, `wm/mae`, `wm/coverage_2sigma`, `wm/status_acc`, the domain's feedback
+    metrics), each anchored turn
     appended to `anchor_log` (jsonl) for reports. Returns `wm/new_examples` and
     the world model's own training stats. The world model's state goes into checkpoints.
     Under DDP every rank's world model learns from every rank's programs (gathered in rank order), so the
     ranks' world models take identical updates; pass `anchor_log` on one rank only."""
 
-    def __init__(self, world_model: WorldModel, suite, anchor_log: Path | None = None):
-        self.world_model, self.suite, self.anchor_log = world_model, suite, anchor_log
+    def __init__(self, domain: Domain, anchor_log: Path | None = None):
+        self.domain, self.world_model, self.anchor_log = domain, domain.world_model, anchor_log
         # turn-2 improvements (real reward of turn 2 > turn 1) by where turn 1's feedback came from
         self.feedback = {Source.REAL.word: [0, 0], Source.WM.word: [0, 0]}  # observed -> [improved, trajectories]
-
-    def examples(self, records: list[TrajectoryRecord]) -> list:
-        """[(WMQuery, Outcome)] of every executed program, with the history its trajectory had."""
-        out = []
-        for rec in records:
-            if not rec.executed:
-                continue
-            task = self.suite.get(rec.task)
-            history = ""
-            for turn in rec.turns:
-                o = turn.judgement.real
-                if o.status is not Status.INFRA_ERROR:
-                    out.append((WMQuery(task.name, task.descriptor(), turn.program, history, task.metric, task.interface), o))
-                history = (history + "\n" + turn.judgement.observation).strip()
-        return out
 
     def __call__(self, batch: RolloutBatch) -> dict[str, float]:
         ranks = distributed.gather((batch.records, batch.valid.tolist()))
         records, valid = [r for rec, _ in ranks for r in rec], [v for _, val in ranks for v in val]
-        examples = self.examples(records)
+        examples = self.domain.examples(records)
         stats = {"wm/new_examples": float(len(examples))}
         if examples:
             stats.update({k if k.startswith("wm/") else f"wm/{k}": float(v)
@@ -71,12 +57,7 @@ class WorldModelCallback(Callback):
         js = [t.judgement for t in turns]
         out = reward_fidelity([j.wm_reward for j in js], [j.wm_var for j in js], [j.real.reward for j in js],
                               [j.wm_status for j in js], [j.real.status for j in js])
-        # predicted feedback against the real one: does a predicted failure name the error that happened?
-        both_failed = [j for j in js if j.wm_status is j.real.status and j.real.status in FAILURES]
-        if both_failed:
-            same = [_error_type(j.wm_observation) == _error_type(render_observation(j.real)) for j in both_failed]
-            out["wm/obs_error_type_agree"] = sum(same) / len(same)
-        out["wm/obs_exact"] = sum(j.wm_observation == render_observation(j.real) for j in js) / len(js)
+        out.update(self.domain.observation_fidelity(js))
         return out
 
     def feedback_effect(self, records: list[TrajectoryRecord], valid: list[bool]) -> dict:
@@ -99,11 +80,3 @@ class WorldModelCallback(Callback):
         self.world_model.load_state_dict(state_dict["world_model"])
         self.feedback = {k: list(v) for k, v in state_dict["feedback"].items()}
 
-
-FAILURES = (Status.RUNTIME_ERROR, Status.TIMEOUT, Status.NO_VALID_OUTPUT, Status.SYNTAX_ERROR, Status.MALFORMED)
-
-
-def _error_type(observation: str) -> str:
-    """The exception type an observation names ("" when it names none): `...; error: ValueError: ...`."""
-    _, sep, rest = observation.partition("; error: ")
-    return rest.split(":", 1)[0].strip() if sep else ""

@@ -32,6 +32,7 @@ from wmrl.config import DebiasConfig, DenoiseConfig, EnvConfig, PolicyConfig, RL
 from wmrl.anchoring import AnchorBudget  # noqa: E402
 from wmrl.corrections import Debiaser  # noqa: E402
 from wmrl.module import WMRLModule  # noqa: E402
+from wmrl.domains.research.domain import ResearchDomain  # noqa: E402
 from wmrl.domains.research.outcome import Outcome, Status  # noqa: E402
 from wmrl.policy.model import build_policy  # noqa: E402
 from wmrl.rollout import Source, RolloutBatch  # noqa: E402
@@ -176,7 +177,7 @@ def main() -> None:
                                            max_tokens=32), seed=0)
     budget = AnchorBudget.from_config(EnvConfig(adaptive_rate=True))
     recorder = Recorder()
-    callbacks = [DebiasCallback(debiaser), denoise, WorldModelCallback(wm, Suite()), AnchorBudgetCallback(budget),
+    callbacks = [DebiasCallback(debiaser), denoise, WorldModelCallback(ResearchDomain(Suite(), world_model=wm)), AnchorBudgetCallback(budget),
                  CostCallback(), StepCheckpoint(Path(args.out) / "ckpt")]
     module.step = step_of(callbacks, update=module.update)
     if args.stop_after:

@@ -10,14 +10,14 @@ import torch
 from wmrl.config import EnvConfig
 from wmrl.anchoring import AnchorBudget
 from wmrl.env import Environment
+from wmrl.domains.research.domain import ResearchDomain
 from wmrl.domains.research.outcome import Status
 from wmrl.rollout import Judgement, Trajectory, Turn
 
 
 def _env(**overrides) -> Environment:
     cfg = EnvConfig(**{"mode": "wm", "warmup_steps": 0, **overrides})
-    return Environment(sandbox=None, world_model=SimpleNamespace(), env_cfg=cfg, suite=None,
-                       budget=AnchorBudget.from_config(cfg))
+    return Environment(ResearchDomain(None, world_model=SimpleNamespace()), env_cfg=cfg, budget=AnchorBudget.from_config(cfg))
 
 
 def _trajs(variances, classes=None, group_size=4):
@@ -108,7 +108,7 @@ def _rollout(sandbox, groups_selection="advantage", rate=0.125, events=None, lag
     suite = SimpleNamespace(get=lambda name: task)
     cfg = EnvConfig(mode="wm", warmup_steps=0, anchor_selection=groups_selection, anchor_rate=rate, guard=False,
                     anchor_lag=lag)
-    env = Environment(sandbox, _WorldModel(), cfg, suite, AnchorBudget.from_config(cfg))
+    env = Environment(ResearchDomain(suite, sandbox, _WorldModel()), cfg, AnchorBudget.from_config(cfg))
     events = [] if events is None else events
     generator = SimpleNamespace(generate=lambda ids, **kw: events.append(("generate", len(ids))) or [
         SimpleNamespace(token_ids=[5, 6], logprobs=[-1.0, -1.0]) for _ in ids])
@@ -250,7 +250,7 @@ def test_a_checkpoint_written_before_group_mates_could_wait_resumes_its_anchors(
     t = Trajectory("wine", 0, [1], [0.0], [0.0], scored=True, deferred=True)
     d = t.to_dict()
     del d["pending"]
-    assert Trajectory.from_dict(d).pending
+    assert Trajectory.from_dict(d, ResearchDomain(None)).pending
 
 
 class _SlowSandbox:
@@ -294,18 +294,18 @@ def _items(n):
 def test_background_executions_keep_at_most_their_slots_busy_and_return_in_order():
     sandbox = _SlowSandbox()
     suite = SimpleNamespace(get=lambda name: SimpleNamespace(name=name))
-    env = Environment(sandbox, None, EnvConfig(), suite, AnchorBudget.from_config(EnvConfig()), background_slots=2)
+    env = Environment(ResearchDomain(suite, sandbox), EnvConfig(), AnchorBudget.from_config(EnvConfig()), background_slots=2)
     outcomes = env.execute_background(_items(7), "val").result(timeout=10)
     assert [o.task for o in outcomes] == [f"p{k}" for k in range(7)] and sandbox.most == 2
-    unlimited = Environment(_SlowSandbox(), None, EnvConfig(), suite, AnchorBudget.from_config(EnvConfig()))
+    unlimited = Environment(ResearchDomain(suite, _SlowSandbox()), EnvConfig(), AnchorBudget.from_config(EnvConfig()))
     unlimited.execute_background(_items(7), "val").result(timeout=10)
-    assert unlimited.sandbox.most == 7 and unlimited.sandbox.submits == 1
+    assert unlimited.domain.sandbox.most == 7 and unlimited.domain.sandbox.submits == 1
 
 
 def test_background_submissions_of_several_steps_share_one_limit():
     sandbox = _SlowSandbox()
     suite = SimpleNamespace(get=lambda name: SimpleNamespace(name=name))
-    env = Environment(sandbox, None, EnvConfig(), suite, AnchorBudget.from_config(EnvConfig()), background_slots=1)
+    env = Environment(ResearchDomain(suite, sandbox), EnvConfig(), AnchorBudget.from_config(EnvConfig()), background_slots=1)
     first, second = env.execute_background(_items(4), "val"), env.execute_background(_items(4), "val")
     assert len(first.result(timeout=10)) == len(second.result(timeout=10)) == 4 and sandbox.most == 1
 
@@ -313,7 +313,7 @@ def test_background_submissions_of_several_steps_share_one_limit():
 def test_once_the_trainer_waits_the_background_executions_take_every_slot():
     sandbox = _SlowSandbox()
     suite = SimpleNamespace(get=lambda name: SimpleNamespace(name=name))
-    env = Environment(sandbox, None, EnvConfig(), suite, AnchorBudget.from_config(EnvConfig()), background_slots=1)
+    env = Environment(ResearchDomain(suite, sandbox), EnvConfig(), AnchorBudget.from_config(EnvConfig()), background_slots=1)
     running = env.execute_background(_items(12), "val")
     running.hurry()
     assert len(running.result()) == 12 and sandbox.most == sandbox.slots
@@ -324,7 +324,7 @@ def test_a_failing_background_submission_reaches_the_trainer():
         raise RuntimeError("sandbox is closed")
 
     suite = SimpleNamespace(get=lambda name: SimpleNamespace(name=name))
-    env = Environment(SimpleNamespace(submit=submit, slots=2), None, EnvConfig(), suite, AnchorBudget.from_config(EnvConfig()),
+    env = Environment(ResearchDomain(suite, SimpleNamespace(submit=submit, slots=2)), EnvConfig(), AnchorBudget.from_config(EnvConfig()),
                       background_slots=1)
     with pytest.raises(RuntimeError, match="sandbox is closed"):
         env.execute_background(_items(3), "val").result(timeout=10)

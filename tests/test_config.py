@@ -120,12 +120,12 @@ def test_every_preset_builds_the_parts_it_names(name, tmp_path, session_cache):
     """Not only merged YAML: the tasks, sandbox, policy, world model, callbacks and environment each
     preset makes, and that they are wired by construction (one debiaser shared by all who correct)."""
     from callbacks import AnchorBudgetCallback, CostCallback, DebiasCallback, DenoiseCallback, EvaluationCallback, WorldModelCallback
+    from wmrl.domains import load_suite
     from wmrl.recipe import build
-    from wmrl.domains.research.tasks import load_suite
 
     cfg = load_config([f"experiment={name}", "policy.warm_start=false", f"task.cache_dir={session_cache}",
                        "sandbox.slots=1", "policy.hidden_size=32", "policy.layers=1", "policy.heads=2"])
-    parts = build(cfg, tmp_path, load_suite(cfg.task))
+    parts = build(cfg, tmp_path, load_suite(cfg))
     try:
         kinds = [type(c) for c in parts.callbacks]
         wm_mode = cfg.env.mode == "wm"
@@ -133,7 +133,7 @@ def test_every_preset_builds_the_parts_it_names(name, tmp_path, session_cache):
         assert (DebiasCallback in kinds) == (cfg.callbacks.debias is not None)
         assert (DenoiseCallback in kinds) == (cfg.callbacks.denoise is not None)
         assert kinds[-2:] == [CostCallback, EvaluationCallback]  # after the corrections and world-model training
-        assert parts.env.sandbox is parts.sandbox and parts.env.wm is parts.world_model
+        assert parts.env.domain is parts.domain and parts.env.wm is parts.world_model is parts.domain.world_model
         assert parts.env.correction is parts.debiaser
         if wm_mode:
             budget_cb = next(c for c in parts.callbacks if isinstance(c, AnchorBudgetCallback))
@@ -146,9 +146,9 @@ def test_every_preset_builds_the_parts_it_names(name, tmp_path, session_cache):
         assert {id(s) for s in stages if s is not None} == {id(c) for c in parts.callbacks if not isinstance(c, EvaluationCallback)}
         assert step.update == parts.module.update
         assert parts.module.policy is parts.policy and parts.rollout.generator.model is parts.policy
-        assert parts.data.steps == cfg.rl.steps and parts.suite.train_tasks() and parts.suite.eval_tasks()
+        assert parts.data.steps == cfg.rl.steps and parts.domain.suite.train_tasks() and parts.domain.suite.eval_tasks()
     finally:
-        parts.sandbox.close()
+        parts.domain.close()
 
 
 def test_defaults_are_the_measured_stable_ones():

@@ -165,17 +165,18 @@ def test_world_model_callback_trains_nothing_through_the_protocol(checkpoint):
     """The callback calls `update` on every executed program as for the learned ensemble; for the frozen LM
     that changes no weight and logs no training loss."""
     from callbacks import WorldModelCallback
+    from wmrl.domains.research.domain import ResearchDomain
 
     wm = make_world_model({"kind": "prompted", "model": str(checkpoint)}, seed=0)
     before = [p.clone() for p in wm.lm.model.parameters()]
     task = SimpleNamespace(name="wine", descriptor=lambda: DESC, metric="accuracy", interface="estimator")
-    cb = WorldModelCallback(wm, SimpleNamespace(get=lambda name: task))
+    cb = WorldModelCallback(ResearchDomain(SimpleNamespace(get=lambda name: task), world_model=wm))
     from wmrl.rollout.types import Judgement, TrajectoryRecord, Turn
 
     real = Outcome("wine", Status.VALID, "accuracy", value=0.9, pos=0.8, reward=0.9)
     rec = TrajectoryRecord("wine", 0, True, False, [Turn(RF, "forest", Judgement(real=real, observation="x"))])
-    assert len(cb.examples([rec])) == 1
-    assert wm.update(cb.examples([rec])) == {}
+    assert len(cb.domain.examples([rec])) == 1
+    assert wm.update(cb.domain.examples([rec])) == {}
     assert all(torch.equal(a, b) for a, b in zip(before, wm.lm.model.parameters()))
 
 

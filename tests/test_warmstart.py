@@ -71,13 +71,14 @@ def test_policy_seed_makes_runs_of_different_seeds_share_one_warm_start(tmp_path
     import torch
 
     from wmrl.config import load_config
+    from wmrl.domains.research.domain import ResearchDomain
     from wmrl.recipe import build_policy_and_tokenizer
 
     def weights(*overrides):
         cfg = load_config(["experiment=smoke", f"task.cache_dir={tmp_path}", "task.secret_seed=" + "c" * 64,
                            "policy.sft_examples=32", "policy.sft_epochs=1", *overrides])
         suite = load_suite(cfg.task)
-        policy, tok, _, info = build_policy_and_tokenizer(cfg, [suite.get(n) for n in cfg.task.train], tmp_path, False)
+        policy, tok, _, info = build_policy_and_tokenizer(cfg, ResearchDomain(suite, cache_dir=tmp_path), tmp_path, False)
         return policy.state_dict(), tok.get_vocab(), info
 
     base, vocab0, info0 = weights("seed=0")

@@ -46,6 +46,7 @@ def _choice(name: str, values: str) -> type:
     return Choice(name, {v: v for v in values.split()})
 
 
+DomainName = _choice("DomainName", "research")
 SandboxBackend = _choice("SandboxBackend", "local ray")
 Isolation = _choice("Isolation", "auto bwrap unshare none")
 Cgroups = _choice("Cgroups", "auto require off")
@@ -277,6 +278,7 @@ class Config:
     run_dir: str = opt("runs", "where run directories are made")
     resume: Optional[str] = opt(None, "checkpoint path, or `last` for the newest run of this preset")
     threads: int = opt(0, "torch threads in the trainer; 0 = half the cores (the sandbox uses the rest)")
+    domain: DomainName = opt("research", "what the agent acts in (wmrl/domains/): research = programs run in a sandbox (sections task, sandbox, world_model)")
     task: TaskConfig = opt(TaskConfig(), "")
     sandbox: SandboxConfig = opt(SandboxConfig(), "")
     policy: PolicyConfig = opt(PolicyConfig(), "")

@@ -1,5 +1,7 @@
-"""The environment router: each group of completions is judged by the real sandbox or the world model.
+"""The environment router: each group of completions is judged by real execution or the world model.
 
+The environment knows its domain only through `wmrl.domain.Domain`: the domain executes an action for real,
+turns it into a world-model query, and renders an outcome as the agent's feedback.
 `sandbox` mode executes everything. `wm` mode executes everything during warm-up; afterwards
 the world model scores every group, and the anchor budget decides what is also executed for
 real (anchor pairs): whole random groups, chosen before sampling (`anchor_selection=random`), or
@@ -10,7 +12,6 @@ observation is the world model's predicted outcome.
 """
 from __future__ import annotations
 
-import math
 import random
 import time
 from dataclasses import dataclass
@@ -22,12 +23,11 @@ import torch
 from wmrl import stop
 from wmrl.background import BackgroundExecutions, BackgroundPool
 from wmrl.anchoring import AnchorBudget, choose_anchor_groups, predicted_advantage
-from wmrl.domains.research.outcome import Outcome, Status, render_observation
 from wmrl.rollout.types import Judgement, Source, Trajectory, TurnItem
-from wmrl.domains.research.world_model import WMQuery, WorldModel
 
 if TYPE_CHECKING:
     from wmrl.corrections import Debiaser  # collection uses the fit, never the corrections' math
+    from wmrl.domain import Domain, Outcome
 
 
 @dataclass
@@ -37,7 +37,7 @@ class EnvTimes:
     executions: int = 0
     slot_s: float = 0.0
     infra_errors: int = 0
-    wm_answers: int = 0  # programs a language-model world model answered (not decided by the checks)
+    wm_answers: int = 0  # actions a language-model world model answered (not decided by the checks)
     wm_malformed: int = 0  # of those, answers that did not parse
 
 
@@ -47,10 +47,10 @@ class Environment:
     given, the score shown to the agent in a predicted observation is the corrected one (its metric
     value follows)."""
 
-    def __init__(self, sandbox, world_model: WorldModel | None, env_cfg, suite, budget: AnchorBudget,
-                 correction: Debiaser | None = None, background_slots: int = 0):
+    def __init__(self, domain: Domain, env_cfg, budget: AnchorBudget, correction: Debiaser | None = None,
+                 background_slots: int = 0):
         """`background_slots`: executions `execute_background` keeps running at once (0: no limit)."""
-        self.sandbox, self.wm, self.cfg, self.suite = sandbox, world_model, env_cfg, suite
+        self.domain, self.wm, self.cfg = domain, domain.world_model, env_cfg
         self.budget, self.correction, self.background_slots = budget, correction, background_slots
         self.background: BackgroundPool | None = None  # started by the first background submission
 
@@ -91,7 +91,7 @@ class Environment:
         wm_idx = [i for i, s in enumerate(scored) if s]
         if real_idx:
             future = self.execute([items[i] for i in real_idx], split)
-        if wm_idx:  # the world model predicts while the sandbox executes
+        if wm_idx:  # the world model predicts while the real executions run
             t1 = time.perf_counter()
             self._predict([items[i] for i in wm_idx], [out[i] for i in wm_idx], times)
             times.wm_s += time.perf_counter() - t1
@@ -99,14 +99,12 @@ class Environment:
             outcomes = self.collect(future, times)
             for i, o in zip(real_idx, outcomes):
                 out[i].real = o
-                out[i].observation, out[i].observed = render_observation(o), Source.REAL
+                out[i].observation, out[i].observed = self.domain.observe(o), Source.REAL
         return out
 
     def execute(self, items: Sequence[TurnItem], split: str):
         """Start real executions without waiting; `collect` gathers them."""
-        from wmrl.domains.research.sandbox import ExecRequest
-
-        return self.sandbox.submit([ExecRequest(self.suite.get(i.task), i.program, split, i.meta) for i in items])
+        return self.domain.submit(items, split)
 
     def execute_background(self, items: Sequence[TurnItem], split: str) -> BackgroundExecutions:
         """`execute`, with at most `background_slots` executions running at once over every submission still
@@ -114,7 +112,7 @@ class Environment:
         if self.background_slots <= 0:
             return BackgroundExecutions(None, len(items), self.execute(items, split))
         if self.background is None:
-            self.background = BackgroundPool(self.execute, self.background_slots, int(self.sandbox.slots))
+            self.background = BackgroundPool(self.execute, self.background_slots, int(self.domain.slots))
         return self.background.submit(items, split)
 
     def collect(self, future, times: EnvTimes) -> list[Outcome]:
@@ -124,15 +122,11 @@ class Environment:
         for o in outcomes:
             times.executions += o.attempts > 0
             times.slot_s += o.wall_s
-            times.infra_errors += o.status is Status.INFRA_ERROR
+            times.infra_errors += o.missing
         return outcomes
 
     def _predict(self, items: Sequence[TurnItem], out: Sequence[Judgement], times: EnvTimes) -> None:
-        queries = []
-        for item in items:
-            task = self.suite.get(item.task)
-            queries.append(WMQuery(task=task.name, descriptor=task.descriptor(), program=item.program,
-                                   history=item.history, metric=task.metric, interface=task.interface))
+        queries = [self.domain.query(item) for item in items]
         pred = self.wm.predict(queries)
         if pred.malformed is not None:
             times.wm_answers += int((~pred.prechecked).sum()) if pred.prechecked is not None else len(queries)
@@ -141,11 +135,9 @@ class Environment:
             j.wm_reward, j.wm_var = float(pred.reward_mean[k]), float(pred.reward_var[k])
             predicted = pred.outcome(k)
             j.wm_status = predicted.status
-            if self.correction is not None and predicted.status is Status.VALID:
+            if self.correction is not None and self.domain.shows_reward(predicted):
                 strata = {"task": [item.task], "action_class": [item.action_class], "status": [j.wm_status.value]}
                 shown = float(self.correction.correct([j.wm_reward], self.correction.keys_of(strata))[0])
-                predicted.pos = min(1.0, max(0.0, (shown - 0.5) * 2.0))
-                value = self.wm.value_at(item.task, predicted.pos)  # the metric value matching the shown position
-                predicted.value = None if math.isnan(value) else value
-            j.observation = j.wm_observation = render_observation(predicted)
+                predicted = self.domain.with_reward(predicted, shown, item.task)
+            j.observation = j.wm_observation = self.domain.observe(predicted)
             j.observed = Source.WM

@@ -1,8 +1,10 @@
 """How well predicted rewards agree with real ones on anchor pairs: the one definition the world model's
-`wm/...` metrics and the anchor budget's `env/recent_...` metrics (and its adaptive rate) both read."""
+`wm/...` metrics (`reward_fidelity`) and the anchor budget's `env/recent_...` metrics (and its adaptive rate)
+both read."""
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import torch
 from torchmetrics.functional import spearman_corrcoef
@@ -26,6 +28,23 @@ def fidelity(pred, real, std=None, *, z: float = 2.0, min_pairs: int = 1) -> dic
         out["coverage"] = float((err <= z * _flat(std)[keep]).double().mean())
     if n >= 2 and float(pred.std()) > 0 and float(real.std()) > 0:
         out["spearman"] = float(spearman_corrcoef(pred.float(), real.float()))
+    return out
+
+
+def reward_fidelity(pred_reward, pred_var, real_reward, pred_status: Sequence | None = None,
+                    real_status: Sequence | None = None) -> dict[str, float]:
+    """The world model's `wm/...` metrics on anchor pairs: Spearman and MAE of reward, coverage of the ±2σ
+    interval, status accuracy (statuses compared as the domain's values; NaN without them)."""
+    pred, real = _flat(pred_reward), _flat(real_reward)
+    std = _flat(pred_var).clamp_min(0.0).sqrt()
+    f = fidelity(pred, real, std, z=2.0)
+    out = {"wm/spearman": f["spearman"], "wm/mae": f["mae"], "wm/coverage_2sigma": f["coverage"],
+           "wm/status_acc": math.nan, "wm/pairs": f["pairs"]}
+    if pred_status is not None and real_status is not None:
+        keep = (~torch.isnan(real) & ~torch.isnan(pred)).tolist()
+        same = [p == r for p, r, k in zip(pred_status, real_status, keep) if k]
+        if same:
+            out["wm/status_acc"] = sum(same) / len(same)
     return out
 
 

@@ -1,4 +1,4 @@
-"""The training recipe, top to bottom: config -> run directory -> tasks, sandbox, policy, world model
+"""The training recipe, top to bottom: config -> run directory -> the domain (tasks, executor, world model), policy
 -> the step's path (rollout, corrections, update, world-model training) -> Lightning fit -> MLflow.
 This is the one place config becomes objects; `python train.py` calls `train(cfg)`."""
 from __future__ import annotations
@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import random
 import time
 import warnings
 from pathlib import Path
@@ -29,36 +28,11 @@ if TYPE_CHECKING:
     from callbacks import CostCallback, EvaluationCallback
     from datamodules.rollout import RolloutDataModule
     from wmrl.corrections import Debiaser
+    from wmrl.domain import Domain, Suite
     from wmrl.env import Environment
     from wmrl.module import WMRLModule
     from wmrl.rollout.collect import Rollout
-    from wmrl.domains.research.sandbox import Sandbox
-    from wmrl.domains.research.tasks import TaskSuite
-from wmrl.domains.research.outcome import Outcome, Status, render_observation
-from wmrl.domains.research.world_model import WorldModel
-
-
-def tokenizer_corpus(tasks: list, seed: int, n_programs: int = 3000) -> list[str]:
-    """Texts the built-in tokenizer is trained on: every prompt, grammar programs, feedback lines."""
-    from wmrl.domains.research import grammar
-    from wmrl.policy.chat import NEXT_TURN
-
-    rng = random.Random(seed)
-    corpus = [t.prompt() for t in tasks] * 4
-    for _ in range(n_programs):
-        corpus.append(grammar.sample_program(rng.choice(["classification", "regression"]), rng, 0.2).source)
-    # tasks whose programs differ (tables, scripts): their own programs too, from a separate stream
-    # so that the corpus of array-only suites is unchanged
-    own = random.Random(seed + 1)
-    corpus += [grammar.sample_for(t, own, 0.2).source for t in tasks if grammar.has_own_programs(t) for _ in range(200)]
-    for t in tasks:
-        for status in Status:
-            if status is Status.VALID:
-                o = Outcome(t.name, status, t.metric, value=rng.random(), pos=rng.random())
-            else:
-                o = Outcome(t.name, status, t.metric, stderr_tail="ValueError: Unknown label type: continuous")
-            corpus.append(render_observation(o) + "\n" + NEXT_TURN)
-    return corpus
+from wmrl.domain import WorldModel
 
 
 def policy_seed(cfg: DictConfig) -> int:
@@ -67,18 +41,19 @@ def policy_seed(cfg: DictConfig) -> int:
     return cfg.seed if cfg.policy.seed is None else cfg.policy.seed
 
 
-def build_policy_and_tokenizer(cfg: DictConfig, tasks: list, cache_dir: Path, progress: bool):
+def build_policy_and_tokenizer(cfg: DictConfig, domain: "Domain", cache_dir: Path, progress: bool):
+    """The policy before RL: a checkpoint (`policy.model`) or one built from config with a tokenizer trained on the
+    domain's texts, then the domain's warm start (`policy.warm_start`)."""
     from wmrl.policy.chat import ChatFormat
     from wmrl.policy.model import build_policy, checkpoint_fingerprint, load_pretrained, prepare_for_training
     from wmrl.policy.tokenizer import cached_tokenizer
-    from wmrl.domains.research.warmstart import warm_start, warm_start_key
 
     seed = policy_seed(cfg)
     if cfg.policy.model:
         policy, tok = load_pretrained(cfg.policy.model)
         key_tok = checkpoint_fingerprint(cfg.policy.model)
     else:
-        tok = cached_tokenizer(tokenizer_corpus(tasks, seed), cfg.policy.vocab_size, cache_dir)
+        tok = cached_tokenizer(domain.tokenizer_corpus(seed), cfg.policy.vocab_size, cache_dir)
         torch.manual_seed(seed)
         policy = build_policy(cfg.policy, len(tok), tok.pad_token_id, tok.eos_token_id)
         key_tok = json.dumps(tok.get_vocab(), sort_keys=True)[:100000]
@@ -87,8 +62,7 @@ def build_policy_and_tokenizer(cfg: DictConfig, tasks: list, cache_dir: Path, pr
     info = {"warm_start": False}
     if cfg.policy.warm_start:
         torch.manual_seed(seed)
-        key = warm_start_key(cfg.policy, key_tok, tasks, cfg.rollout.turns, seed)
-        info = warm_start(policy, chat, tasks, cfg.policy, cfg.rollout.turns, seed, cache_dir, key, progress)
+        info = domain.warm_start(policy, chat, cfg.policy, cfg.rollout.turns, seed, key_tok, progress)
     return policy, tok, chat, info
 
 
@@ -123,10 +97,9 @@ def _quiet() -> None:
 
 @dataclass
 class Parts:
-    """Everything one run is made of, built from the config (and nothing started but the sandbox)."""
+    """Everything one run is made of, built from the config (and nothing started but the domain's executor)."""
 
-    suite: "TaskSuite"
-    sandbox: "Sandbox"
+    domain: "Domain"  # its tasks (`domain.suite`), executor and world model
     policy: "PreTrainedModel"
     warm_start: dict
     world_model: WorldModel | None
@@ -140,9 +113,9 @@ class Parts:
     evaluation: "EvaluationCallback"
 
 
-def build(cfg: DictConfig, run_dir: Path, suite, wrap_world_model: Callable[[WorldModel], WorldModel] | None = None,
+def build(cfg: DictConfig, run_dir: Path, suite: "Suite", wrap_world_model: Callable[[WorldModel], WorldModel] | None = None,
           progress: bool = False, rank: int = 0, world: int = 1) -> Parts:
-    """The one place the config becomes objects, around the task `suite` (`wmrl.domains.research.tasks.load_suite(cfg.task)`).
+    """The one place the config becomes objects, around the domain's task `suite` (`wmrl.domains.load_suite(cfg)`).
     `wrap_world_model`: a scenario installed around the world model (benchmarks: a biased one).
     `rank`, `world`: this process under DDP: it rolls out its share of each step's groups with its share of
     the sandbox slots; rank 0 alone evaluates and writes the anchor log."""
@@ -154,28 +127,24 @@ def build(cfg: DictConfig, run_dir: Path, suite, wrap_world_model: Callable[[Wor
     from wmrl.generation import WeightSync, make_generator
     from wmrl.module import WMRLModule
     from wmrl.rl import dr_grpo_normaliser
+    from wmrl.domains import make_domain
     from wmrl.rollout.collect import Rollout, Sampling
-    from wmrl.domains.research.sandbox import make_sandbox
 
-    # policy, world model, sandbox
+    # the domain (its executor, its world model), the policy
     train_tasks, eval_tasks = suite.train_tasks(), suite.eval_tasks()
-    policy, tok, chat, warm = build_policy_and_tokenizer(cfg, train_tasks, Path(cfg.task.cache_dir).expanduser(), progress)
-    world_model = None
-    if cfg.env.mode == "wm":
-        from wmrl.domains.research.world_model import make_world_model
-
-        world_model = make_world_model(cfg.world_model, seed=cfg.seed, base_model=cfg.policy.model)
-        if wrap_world_model is not None:
-            world_model = wrap_world_model(world_model)
-    sandbox = make_sandbox(_sandbox_share(cfg.sandbox, world), log_path=run_dir / "executions.sqlite",
-                           private_paths=suite.private_paths())
+    domain = make_domain(cfg, suite, run_dir, world, wrap_world_model)
+    world_model = domain.world_model
+    try:
+        policy, tok, chat, warm = build_policy_and_tokenizer(cfg, domain, Path(cfg.task.cache_dir).expanduser(), progress)
+    except BaseException:
+        domain.close()  # its executor is running
+        raise
 
     # the step's path: rollout (environment, generator) -> corrections -> policy update -> world model
     debiaser, callbacks = correction_callbacks(cfg.callbacks)
     shown_correction = debiaser if debiaser is not None and cfg.callbacks.debias.correct_observations else None
     budget = AnchorBudget.from_config(cfg.env)
-    env = Environment(sandbox, world_model, cfg.env, suite, budget, correction=shown_correction,
-                      background_slots=background_slots(cfg, world))
+    env = Environment(domain, cfg.env, budget, correction=shown_correction, background_slots=background_slots(cfg, world))
     generator = make_generator(cfg.generation, policy, tok, chat.eos_ids)
     sync = WeightSync(generator, policy)
     sampling = Sampling(cfg.generation.temperature, cfg.generation.top_p, cfg.generation.max_new_tokens)
@@ -186,7 +155,7 @@ def build(cfg: DictConfig, run_dir: Path, suite, wrap_world_model: Callable[[Wor
     module = WMRLModule(policy, cfg.rl, cfg.generation.temperature, cfg.seed,
                         max_completion_tokens=dr_grpo_normaliser(cfg.generation.max_new_tokens, cfg.rollout.turns))
     if world_model is not None:
-        callbacks.append(WorldModelCallback(world_model, suite, anchor_log=run_dir / "anchor_pairs.jsonl" if rank == 0 else None))
+        callbacks.append(WorldModelCallback(domain, anchor_log=run_dir / "anchor_pairs.jsonl" if rank == 0 else None))
         callbacks.append(AnchorBudgetCallback(budget))
     cost = CostCallback()
     callbacks.append(cost)
@@ -194,7 +163,7 @@ def build(cfg: DictConfig, run_dir: Path, suite, wrap_world_model: Callable[[Wor
     evaluation = EvaluationCallback(Evaluator(rollout, eval_tasks, cfg.eval, cfg.logger.samples_per_eval,
                                               transfer_tasks=suite.transfer_tasks()), sync,
                                     cfg.eval.every_n_steps, cfg.rl.steps, at_start=cfg.eval.at_start)
-    return Parts(suite, sandbox, policy, warm, world_model, debiaser, env, rollout, data, module,
+    return Parts(domain, policy, warm, world_model, debiaser, env, rollout, data, module,
                  [*callbacks, *([evaluation] if rank == 0 else [])], cost, evaluation)
 
 
@@ -214,14 +183,6 @@ def background_slots(cfg: DictConfig, world: int) -> int:
     return max(1, n // world)
 
 
-def _sandbox_share(sandbox_cfg: DictConfig, world: int) -> DictConfig:
-    """One rank's sandbox: `sandbox.slots` (0: every core) shared out over the ranks, at least one each."""
-    if world == 1:
-        return sandbox_cfg
-    total = int(sandbox_cfg.slots) or os.cpu_count() or 1
-    return OmegaConf.merge(sandbox_cfg, {"slots": max(1, total // world)})
-
-
 def train(cfg: DictConfig, wrap_world_model: Callable[[WorldModel], WorldModel] | None = None) -> dict:
     """`wrap_world_model`: see `build`."""
     from lightning.pytorch.loggers import MLFlowLogger
@@ -230,9 +191,8 @@ def train(cfg: DictConfig, wrap_world_model: Callable[[WorldModel], WorldModel] 
 
     from callbacks.progress import StepProgressBar, arms
     from wmrl.report.data import TRACKING_URI_FILE, absolute_tracking_uri
+    from wmrl.domains import load_suite
     from wmrl.rollout.collect import Rollout
-    from wmrl.domains.research.sandbox import rewind
-    from wmrl.domains.research.tasks import load_suite
 
     # Oversubscribed cores make torch's OpenMP threads spin: on 2 cores with a busy sandbox, 2 threads
     # ran a training step 15x slower than 1 thread.
@@ -253,9 +213,7 @@ def train(cfg: DictConfig, wrap_world_model: Callable[[WorldModel], WorldModel] 
     else:
         shared = json.loads(os.environ[distributed.RUN_ENV])
         run_dir, ckpt_path = Path(shared["run_dir"]), shared["ckpt"]
-    suite = load_suite(cfg.task)
-    for task in suite.train_tasks() + suite.eval_tasks() + suite.transfer_tasks():  # build missing leaderboards now, not in a sandbox slot mid-step
-        task.leaderboard()
+    suite = load_suite(cfg)
     parts = build(cfg, run_dir, suite, wrap_world_model, progress=cfg.trainer.progress_bar, rank=rank, world=world)
     checkpoint = StepCheckpoint(run_dir / "checkpoints")
     bar = StepProgressBar(cfg.rl.steps, {"preset": cfg.name, "run_dir": run_dir, "arms": arms(cfg),
@@ -271,7 +229,7 @@ def train(cfg: DictConfig, wrap_world_model: Callable[[WorldModel], WorldModel] 
     run_id = None
     if ckpt_path is not None:
         run_id = run_id_file.read_text().strip()
-        rewind(run_dir / "executions.sqlite", resumed[0], Rollout.replayed(resumed[1]))
+        parts.domain.rewind(resumed[0], Rollout.replayed(resumed[1]))
     logger = MLFlowLogger(experiment_name=cfg.logger.experiment_name, tracking_uri=cfg.logger.tracking_uri,
                           run_name=cfg.logger.run_name or run_dir.name, run_id=run_id, log_model=False,
                           tags={"mlflow.parentRunId": cfg.logger.parent_run_id} if cfg.logger.parent_run_id else None)
@@ -313,7 +271,7 @@ def _fit(trainer: L.Trainer, parts: Parts, ckpt_path: str | None, logger) -> Non
             raise stop.Stopped(f"stopped by SIGTERM at step {parts.module.rl_step}; it continues from its last "
                                "checkpoint with the same command and resume=last") from None
         finally:
-            parts.sandbox.close()
+            parts.domain.close()
 
 
 def _trainer(cfg: DictConfig, logger, callbacks: list, rank: int, world: int) -> L.Trainer:

@@ -9,9 +9,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 
+from enum import Enum
+
 import torch
 
-from wmrl.domains.research.outcome import Status
 from wmrl.rollout.types import Source, Trajectory, TrajectoryRecord
 
 
@@ -99,7 +100,7 @@ def make_batch(trajs: list[Trajectory], pad_id: int, max_length: int) -> Rollout
     t_wm, t_var, t_real = (torch.full((n, k_turns), math.nan) for _ in range(3))
     turn_strata: dict[str, list[list[str]]] = {"task": [], "action_class": [], "status": []}
     bad_groups = {t.group for t in trajs if t.executed
-                  and any(turn.judgement.real.status is Status.INFRA_ERROR for turn in t.turns)}
+                  and any(turn.judgement.real.missing for turn in t.turns)}
     for i, t in enumerate(trajs):
         length = min(width, len(t.ids))
         ids[i, :length] = torch.tensor(t.ids[:length])
@@ -144,6 +145,6 @@ def make_batch(trajs: list[Trajectory], pad_id: int, max_length: int) -> Rollout
     )
 
 
-def _word(status: Status | None) -> str:
+def _word(status: Enum | None) -> str:
     """A status as the strata spell it ("" for none)."""
     return "" if status is None else status.value

@@ -1,5 +1,6 @@
-"""Rollouts: the policy writes programs for G samples of each task prompt over K turns, each turn's
-outcome (real or predicted) becomes the next observation, and the result is one RolloutBatch.
+"""Rollouts: the policy acts (the domain reads the action from its completion: a program, in the research
+domain) for G samples of each task prompt over K turns, each turn's outcome (real or predicted) becomes the
+next observation, and the result is one RolloutBatch.
 
 Training and evaluation share the turn loop (`_play`); they differ in routing (training sends
 groups to the world model or the sandbox, evaluation executes everything on the hidden split) and
@@ -23,7 +24,6 @@ from wmrl.background import BackgroundExecutions
 from wmrl.env import EnvTimes, Environment
 from wmrl.rollout.batch import RolloutBatch, make_batch
 from wmrl.rollout.types import Trajectory, Turn, TurnItem
-from wmrl.domains.research.sandbox.program import extract_program
 from wmrl.seeding import stream_seed
 
 
@@ -112,7 +112,7 @@ class Rollout:
         """Execute every turn of world-model-scored trajectories for real: they become anchors."""
         if not trajs:
             return
-        items = [TurnItem(t.task, turn.program, meta={"step": step, "purpose": "train", "group": t.group, "turn": k,
+        items = [TurnItem(t.task, turn.action, meta={"step": step, "purpose": "train", "group": t.group, "turn": k,
                                                       "anchor": "selected"})
                  for t in trajs for k, turn in enumerate(t.turns)]
         outcomes = iter(self.env.collect(self.env.execute(items, "val"), times))
@@ -151,12 +151,12 @@ class Rollout:
                 t.ids += c.token_ids
                 t.loss_mask += [1.0] * len(c.token_ids)
                 t.logprobs += c.logprobs
-                program = extract_program(self.tok.decode(c.token_ids, skip_special_tokens=True))
-                items.append(TurnItem(t.task, program, t.history, self.suite.get(t.task).action_class(program),
+                action = self.env.domain.action(self.tok.decode(c.token_ids, skip_special_tokens=True))
+                items.append(TurnItem(t.task, action, t.history, self.suite.get(t.task).action_class(action),
                                       {"step": step, "purpose": purpose, "group": t.group, "trajectory": k, "turn": turn}))
             judgements = self.env.judge(items, [t.executed for t in trajs], [t.scored for t in trajs], split, times)
             for t, item, j in zip(trajs, items, judgements):
-                t.turns.append(Turn(item.program, item.action_class, j))
+                t.turns.append(Turn(item.action, item.action_class, j))
                 t.history = (t.history + "\n" + j.observation).strip()
                 if turn < self.turns - 1:
                     obs = self.chat.observation_ids(self.chat.observation_text(j.observation))
@@ -216,7 +216,7 @@ class BackgroundAnchors:
         return everything or step - submission.step >= self.lag
 
     def submit(self, step: int, split: str, trajectories: list[Trajectory]) -> None:
-        items = [TurnItem(t.task, turn.program, meta={"step": step, "purpose": "train", "group": t.group, "turn": k,
+        items = [TurnItem(t.task, turn.action, meta={"step": step, "purpose": "train", "group": t.group, "turn": k,
                                                        "deferred": True, "rank": self.rank})
                  for t in trajectories if t.pending for k, turn in enumerate(t.turns)]
         self.submissions.append(_Submission(step, split, trajectories, self.env.execute_background(items, split)))
@@ -251,7 +251,7 @@ class BackgroundAnchors:
     def load_state_dict(self, state: list[dict] | None) -> None:
         self.submissions = []
         for d in state or []:
-            self.submit(d["step"], d["split"], [Trajectory.from_dict(t) for t in d["trajectories"]])
+            self.submit(d["step"], d["split"], [Trajectory.from_dict(t, self.env.domain) for t in d["trajectories"]])
 
 
 def _stats(t_gen: float, times: EnvTimes) -> dict[str, float]:

@@ -7,7 +7,12 @@ import math
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-from wmrl.domains.research.outcome import Outcome, Status
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from enum import Enum
+
+    from wmrl.domain import Domain, Outcome
 
 
 class Source(IntEnum):
@@ -28,10 +33,11 @@ class Source(IntEnum):
 
 @dataclass
 class TurnItem:
-    """One program for the environment to judge: its task, the feedback seen so far, its class."""
+    """One action for the environment to judge (the research domain: a program): its task, the feedback seen
+    so far, its class."""
 
     task: str
-    program: str
+    action: str
     history: str = ""
     action_class: str = ""
     meta: dict = field(default_factory=dict)  # written to the execution log (step, purpose, group, turn, ...)
@@ -44,7 +50,7 @@ class Judgement:
     real: Outcome | None = None  # executed outcome (None when not executed)
     wm_reward: float = math.nan  # world-model reward mean (NaN when not scored)
     wm_var: float = math.nan  # world-model reward variance (NaN when not scored)
-    wm_status: Status | None = None  # the world model's predicted status (None when not scored)
+    wm_status: Enum | None = None  # the world model's predicted status (None when not scored)
     observation: str = ""  # the feedback the agent reads next turn
     observed: Source | None = None  # where that feedback came from (None before the environment answered)
     wm_observation: str = ""  # the world model's predicted feedback (when scored), shown or not
@@ -58,27 +64,28 @@ class Judgement:
                 "wm_observation": self.wm_observation}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Judgement":
-        return cls(real=None if d["real"] is None else Outcome.from_dict(d["real"]),
+    def from_dict(cls, d: dict, domain: "Domain") -> "Judgement":
+        """What `to_dict` wrote; the `domain` reads its outcomes and statuses back."""
+        return cls(real=None if d["real"] is None else domain.outcome(d["real"]),
                    wm_reward=math.nan if d["wm_reward"] is None else d["wm_reward"],
                    wm_var=math.nan if d["wm_var"] is None else d["wm_var"],
-                   wm_status=None if d["wm_status"] is None else Status(d["wm_status"]), observation=d["observation"],
+                   wm_status=None if d["wm_status"] is None else domain.status(d["wm_status"]), observation=d["observation"],
                    observed=None if d["observed"] is None else Source.of_word(d["observed"]),
                    wm_observation=d["wm_observation"])
 
 
 @dataclass
 class Turn:
-    program: str
+    action: str
     action_class: str
     judgement: Judgement
 
     def to_dict(self) -> dict:
-        return {"program": self.program, "action_class": self.action_class, **self.judgement.to_dict()}
+        return {"action": self.action, "action_class": self.action_class, **self.judgement.to_dict()}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Turn":
-        return cls(d["program"], d["action_class"], Judgement.from_dict(d))
+    def from_dict(cls, d: dict, domain: "Domain") -> "Turn":
+        return cls(d["action"], d["action_class"], Judgement.from_dict(d, domain))
 
 
 @dataclass
@@ -135,6 +142,6 @@ class Trajectory:
                 "scored": self.scored, "deferred": self.deferred, "pending": self.pending, "anchor_prob": self.anchor_prob}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Trajectory":
+    def from_dict(cls, d: dict, domain: "Domain") -> "Trajectory":
         # checkpoints written before group mates could be deferred: every deferred trajectory executes
-        return cls(**{"pending": d.get("deferred", False), **d, "turns": [Turn.from_dict(t) for t in d["turns"]]})
+        return cls(**{"pending": d.get("deferred", False), **d, "turns": [Turn.from_dict(t, domain) for t in d["turns"]]})

@@ -72,6 +72,11 @@ class Outcome:
     def __post_init__(self) -> None:
         self.status = Status(self.status)
 
+    @property
+    def missing(self) -> bool:
+        """The sandbox failed, not the program: no reward (`wmrl.domain.Outcome`)."""
+        return self.status is Status.INFRA_ERROR
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d["status"] = self.status.value
