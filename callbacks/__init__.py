@@ -14,7 +14,7 @@ from callbacks.denoise import DenoiseCallback
 from callbacks.evaluation import EvaluationCallback
 from callbacks.world_model import WorldModelCallback
 from wmrl.corrections import Debiaser
-from wmrl.step import Observer, Step
+from wmrl.step import Handoff, Observer, Step
 
 __all__ = ["AnchorBudgetCallback", "CostCallback", "DebiasCallback", "DenoiseCallback", "EvaluationCallback", "WorldModelCallback",
            "correction_callbacks", "step_of"]
@@ -36,9 +36,10 @@ def correction_callbacks(cfg: Any) -> tuple[Debiaser | None, list[Callback]]:
     return debiaser, out
 
 
-def step_of(callbacks: list, update: Observer) -> Step:
+def step_of(callbacks: list, update: Observer, handoff: Handoff | None = None) -> Step:
     """The step made of `callbacks` (those the trainer runs): each stage is the callback of its kind, if there
-    is one (at most one of each); the order is the step's, whatever the list's."""
+    is one (at most one of each); the order is the step's, whatever the list's. `handoff`: what it leaves the
+    next collection (the objects those callbacks update)."""
     found: dict[str, Any] = {}
     for cb in callbacks:
         for name, kind in STAGE_CALLBACKS.items():
@@ -46,4 +47,4 @@ def step_of(callbacks: list, update: Observer) -> Step:
                 if name in found:
                     raise ValueError(f"two {kind.__name__}s among the callbacks: a step has one {name} stage")
                 found[name] = cb
-    return Step(update=update, **found)
+    return Step(update=update, handoff=handoff or Handoff(), **found)

@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from wmrl.generation import WeightSync
 from wmrl.rollout.collect import Rollout
 from wmrl.seeding import stream_seed
+from wmrl.step import Handoff
 
 
 class _Stream(IterableDataset):
@@ -34,10 +35,12 @@ class _Stream(IterableDataset):
 
 class RolloutDataModule(L.LightningDataModule):
     def __init__(self, rollout: Rollout, sync: WeightSync, train_tasks: list, groups_per_step: int, group_size: int,
-                 steps: int, seed: int, async_anchors: bool):
+                 steps: int, seed: int, async_anchors: bool, handoff: Handoff | None = None):
+        """`handoff`: what each step leaves the next collection (`Step.handoff`, the same object)."""
         super().__init__()
         self.rollout, self.sync, self.train_tasks, self.groups_per_step = rollout, sync, train_tasks, groups_per_step
         self.group_size, self.steps, self.seed, self.async_anchors = group_size, steps, seed, async_anchors
+        self.handoff = Handoff() if handoff is None else handoff
         self.next_step = 0  # the step the next batch is collected for
 
     def collect(self):
@@ -48,7 +51,7 @@ class RolloutDataModule(L.LightningDataModule):
         t0 = time.perf_counter()
         self.sync(step)
         batch = self.rollout.collect_train(step, self.sample_tasks(step), self.group_size,
-                                           defer=self.async_anchors and step < self.steps - 1)
+                                           defer=self.async_anchors and step < self.steps - 1, handoff=self.handoff)
         batch.step, batch.collected_at = step, time.perf_counter()
         batch.stats["time/rollout_s"] = batch.collected_at - t0
         return batch

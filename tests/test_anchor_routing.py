@@ -13,11 +13,13 @@ from wmrl.env import Environment
 from wmrl.domains.research.domain import ResearchDomain
 from wmrl.domains.research.outcome import Status
 from wmrl.rollout import Judgement, Trajectory, Turn
+from wmrl.step import Handoff
 
 
-def _env(**overrides) -> Environment:
+def _env(**overrides) -> tuple[Environment, Handoff]:
+    """An environment and what a step handed it: a world model and the budget `overrides` configure."""
     cfg = EnvConfig(**{"mode": "wm", "warmup_steps": 0, **overrides})
-    return Environment(ResearchDomain(None, world_model=SimpleNamespace()), env_cfg=cfg, budget=AnchorBudget.from_config(cfg))
+    return Environment(ResearchDomain(None), env_cfg=cfg), Handoff(SimpleNamespace(), AnchorBudget.from_config(cfg))
 
 
 def _trajs(variances, classes=None, group_size=4):
@@ -28,30 +30,31 @@ def _trajs(variances, classes=None, group_size=4):
 
 
 def test_random_selection_anchors_whole_groups_before_sampling():
-    env = _env(anchor_selection="random", anchor_rate=0.25)
-    executed, scored = env.routing(8, step=5, rng=__import__("random").Random(0))
+    env, handoff = _env(anchor_selection="random", anchor_rate=0.25)
+    executed, scored = env.routing(8, step=5, rng=__import__("random").Random(0), handoff=handoff)
     assert sum(executed) == 2 and all(scored)
-    todo, prob = env.after_scoring(_trajs([0.01] * 8), np.random.default_rng(0))
+    todo, prob = env.after_scoring(_trajs([0.01] * 8), np.random.default_rng(0), handoff)
     assert not todo.any() and (prob == 1).all()  # nothing more to choose after scoring
 
 
 def test_random_anchor_groups_are_the_nominal_rate_on_average():
-    env = _env(anchor_selection="random", anchor_rate=0.25)
+    env, handoff = _env(anchor_selection="random", anchor_rate=0.25)
     rng = __import__("random").Random(0)
-    counts = [sum(env.routing(6, step=5, rng=rng)[0]) for _ in range(4000)]
+    counts = [sum(env.routing(6, step=5, rng=rng, handoff=handoff)[0]) for _ in range(4000)]
     assert set(counts) == {1, 2}  # 0.25 x 6 = 1.5 groups: one or two, never a fixed 2 (33 %)
     assert np.mean(counts) == pytest.approx(1.5, abs=0.05)
-    assert sum(_env(anchor_selection="random", anchor_rate=0.0).routing(6, step=5, rng=rng)[0]) == 0
-    assert sum(_env(anchor_selection="random", anchor_rate=1.0).routing(6, step=5, rng=rng)[0]) == 6
+    for rate, groups in ((0.0, 0), (1.0, 6)):
+        env, handoff = _env(anchor_selection="random", anchor_rate=rate)
+        assert sum(env.routing(6, step=5, rng=rng, handoff=handoff)[0]) == groups
 
 
 def test_uncertainty_selection_executes_where_the_world_model_is_least_sure():
-    env = _env(anchor_selection="uncertainty", anchor_rate=0.25, anchor_floor=0.2)
-    assert env.routing(4, step=5, rng=__import__("random").Random(0)) == ([False] * 4, [True] * 4)
+    env, handoff = _env(anchor_selection="uncertainty", anchor_rate=0.25, anchor_floor=0.2)
+    assert env.routing(4, step=5, rng=__import__("random").Random(0), handoff=handoff) == ([False] * 4, [True] * 4)
     variances = [0.0001] * 12 + [0.04] * 4
     counts, probs = np.zeros(16), None
     for seed in range(400):
-        todo, probs = env.after_scoring(_trajs(variances), np.random.default_rng(seed))
+        todo, probs = env.after_scoring(_trajs(variances), np.random.default_rng(seed), handoff)
         assert todo.sum() == 4  # rate x N trajectories
         counts += todo
     assert np.isclose(probs.sum(), 4.0) and probs[12:].min() > 5 * probs[:12].max()
@@ -60,10 +63,10 @@ def test_uncertainty_selection_executes_where_the_world_model_is_least_sure():
 
 
 def test_a_flagged_class_is_executed_whatever_the_budget():
-    env = _env(anchor_selection="random", anchor_rate=0.25)
-    env.budget.guard.flagged = {"forest"}
+    env, handoff = _env(anchor_selection="random", anchor_rate=0.25)
+    handoff.budget.guard.flagged = {"forest"}
     classes = ["forest", "linear"] * 4
-    todo, prob = env.after_scoring(_trajs([0.01] * 8, classes), np.random.default_rng(0))
+    todo, prob = env.after_scoring(_trajs([0.01] * 8, classes), np.random.default_rng(0), handoff)
     assert todo.tolist() == [c == "forest" for c in classes] and (prob[todo] == 1).all()
 
 
@@ -108,14 +111,17 @@ def _rollout(sandbox, groups_selection="advantage", rate=0.125, events=None, lag
     suite = SimpleNamespace(get=lambda name: task)
     cfg = EnvConfig(mode="wm", warmup_steps=0, anchor_selection=groups_selection, anchor_rate=rate, guard=False,
                     anchor_lag=lag)
-    env = Environment(ResearchDomain(suite, sandbox, _WorldModel()), cfg, AnchorBudget.from_config(cfg))
+    env = Environment(ResearchDomain(suite, sandbox), cfg)
+    handoff = Handoff(_WorldModel(), AnchorBudget.from_config(cfg))
     events = [] if events is None else events
     generator = SimpleNamespace(generate=lambda ids, **kw: events.append(("generate", len(ids))) or [
         SimpleNamespace(token_ids=[5, 6], logprobs=[-1.0, -1.0]) for _ in ids])
     tok = SimpleNamespace(pad_token_id=0, decode=lambda ids, skip_special_tokens=True: "def build():\n    return 1\n")
     chat = SimpleNamespace(prompt_ids=lambda p: [1, 2], observation_text=lambda o: o, observation_ids=lambda t: [3])
-    return Rollout(tok, chat, generator, env, suite, turns=1, sampling=Sampling(1.0, 1.0, 8), max_length=64,
-                   seed=0), task
+    rollout = Rollout(tok, chat, generator, env, suite, turns=1, sampling=Sampling(1.0, 1.0, 8), max_length=64, seed=0)
+    collect = rollout.collect_train
+    rollout.collect_train = lambda *a, **kw: collect(*a, handoff=handoff, **kw)  # each step hands the next these
+    return rollout, task
 
 
 def test_anchors_chosen_after_scoring_run_in_the_background_and_train_next_step_with_their_groups():
@@ -294,10 +300,10 @@ def _items(n):
 def test_background_executions_keep_at_most_their_slots_busy_and_return_in_order():
     sandbox = _SlowSandbox()
     suite = SimpleNamespace(get=lambda name: SimpleNamespace(name=name))
-    env = Environment(ResearchDomain(suite, sandbox), EnvConfig(), AnchorBudget.from_config(EnvConfig()), background_slots=2)
+    env = Environment(ResearchDomain(suite, sandbox), EnvConfig(), background_slots=2)
     outcomes = env.execute_background(_items(7), "val").result(timeout=10)
     assert [o.task for o in outcomes] == [f"p{k}" for k in range(7)] and sandbox.most == 2
-    unlimited = Environment(ResearchDomain(suite, _SlowSandbox()), EnvConfig(), AnchorBudget.from_config(EnvConfig()))
+    unlimited = Environment(ResearchDomain(suite, _SlowSandbox()), EnvConfig())
     unlimited.execute_background(_items(7), "val").result(timeout=10)
     assert unlimited.domain.sandbox.most == 7 and unlimited.domain.sandbox.submits == 1
 
@@ -305,7 +311,7 @@ def test_background_executions_keep_at_most_their_slots_busy_and_return_in_order
 def test_background_submissions_of_several_steps_share_one_limit():
     sandbox = _SlowSandbox()
     suite = SimpleNamespace(get=lambda name: SimpleNamespace(name=name))
-    env = Environment(ResearchDomain(suite, sandbox), EnvConfig(), AnchorBudget.from_config(EnvConfig()), background_slots=1)
+    env = Environment(ResearchDomain(suite, sandbox), EnvConfig(), background_slots=1)
     first, second = env.execute_background(_items(4), "val"), env.execute_background(_items(4), "val")
     assert len(first.result(timeout=10)) == len(second.result(timeout=10)) == 4 and sandbox.most == 1
 
@@ -313,7 +319,7 @@ def test_background_submissions_of_several_steps_share_one_limit():
 def test_once_the_trainer_waits_the_background_executions_take_every_slot():
     sandbox = _SlowSandbox()
     suite = SimpleNamespace(get=lambda name: SimpleNamespace(name=name))
-    env = Environment(ResearchDomain(suite, sandbox), EnvConfig(), AnchorBudget.from_config(EnvConfig()), background_slots=1)
+    env = Environment(ResearchDomain(suite, sandbox), EnvConfig(), background_slots=1)
     running = env.execute_background(_items(12), "val")
     running.hurry()
     assert len(running.result()) == 12 and sandbox.most == sandbox.slots
@@ -324,7 +330,7 @@ def test_a_failing_background_submission_reaches_the_trainer():
         raise RuntimeError("sandbox is closed")
 
     suite = SimpleNamespace(get=lambda name: SimpleNamespace(name=name))
-    env = Environment(ResearchDomain(suite, SimpleNamespace(submit=submit, slots=2)), EnvConfig(), AnchorBudget.from_config(EnvConfig()),
+    env = Environment(ResearchDomain(suite, SimpleNamespace(submit=submit, slots=2)), EnvConfig(),
                       background_slots=1)
     with pytest.raises(RuntimeError, match="sandbox is closed"):
         env.execute_background(_items(3), "val").result(timeout=10)

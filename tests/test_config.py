@@ -133,11 +133,13 @@ def test_every_preset_builds_the_parts_it_names(name, tmp_path, session_cache):
         assert (DebiasCallback in kinds) == (cfg.callbacks.debias is not None)
         assert (DenoiseCallback in kinds) == (cfg.callbacks.denoise is not None)
         assert kinds[-2:] == [CostCallback, EvaluationCallback]  # after the corrections and world-model training
-        assert parts.env.domain is parts.domain and parts.env.wm is parts.world_model is parts.domain.world_model
-        assert parts.env.correction is parts.debiaser
+        handoff = parts.module.step.handoff  # what each step leaves the next collection, by construction
+        assert parts.env.domain is parts.domain and parts.data.handoff is handoff
+        assert handoff.world_model is parts.world_model is parts.domain.world_model
+        assert handoff.debiaser is parts.debiaser
         if wm_mode:
             budget_cb = next(c for c in parts.callbacks if isinstance(c, AnchorBudgetCallback))
-            assert budget_cb.budget is parts.env.budget  # what the callback measures sets what the env spends
+            assert budget_cb.budget is handoff.budget  # what the callback measures sets what the next step spends
         for cb in parts.callbacks:
             if isinstance(cb, DebiasCallback):
                 assert cb.debiaser is parts.debiaser

@@ -28,8 +28,9 @@ class RecordingRollout:
     def __init__(self, events):
         self.events = events
 
-    def collect_train(self, step, tasks, group_size, defer=False):
+    def collect_train(self, step, tasks, group_size, defer=False, handoff=None):
         self.events.append(("collect", step))
+        self.handed = getattr(self, "handed", []) + [handoff]
         n = len(tasks) * group_size
         z = torch.zeros(n)
         return RolloutBatch(torch.zeros(n, 2, dtype=torch.long), torch.ones(n, 2, dtype=torch.long), torch.ones(n, 2),
@@ -62,6 +63,21 @@ def test_the_datamodule_syncs_the_policys_latest_weights_into_the_generator_befo
     assert events == [("sync", 1.0), ("collect", 0), ("sync", 3.0), ("collect", 1), ("sync", 5.0), ("collect", 2)]
     assert [b.step for b in batches] == [0, 1, 2]
     assert all(b.stats["time/rollout_s"] >= 0 for b in batches)
+
+
+def test_each_collection_gets_by_name_what_the_step_before_it_left():
+    """The back-edges are one argument: the DataModule hands every collection the step's `Handoff` (the world
+    model, anchor budget and debiaser its stages update in place), the very object the step holds."""
+    from callbacks import step_of
+    from wmrl.step import Handoff
+
+    events, policy = [], torch.nn.Linear(2, 1, bias=False)
+    handoff = Handoff(world_model=object(), budget=object(), debiaser=object())
+    step = step_of([], update=lambda b: {}, handoff=handoff)
+    dm = RolloutDataModule(RecordingRollout(events), WeightSync(RecordingGenerator(events), policy), ["t0", "t1"],
+                           groups_per_step=2, group_size=2, steps=2, seed=0, async_anchors=False, handoff=step.handoff)
+    list(dm.train_dataloader())
+    assert dm.rollout.handed == [handoff, handoff] and step.handoff is handoff
 
 
 def test_evaluation_after_a_step_reuses_the_sync_of_that_step():

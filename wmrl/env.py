@@ -22,12 +22,12 @@ import torch
 
 from wmrl import stop
 from wmrl.background import BackgroundExecutions, BackgroundPool
-from wmrl.anchoring import AnchorBudget, choose_anchor_groups, predicted_advantage
+from wmrl.anchoring import choose_anchor_groups, predicted_advantage
 from wmrl.rollout.types import Judgement, Source, Trajectory, TurnItem
 
 if TYPE_CHECKING:
-    from wmrl.corrections import Debiaser  # collection uses the fit, never the corrections' math
     from wmrl.domain import Domain, Outcome
+    from wmrl.step import Handoff  # collection uses what the last step fitted, never the corrections' math
 
 
 @dataclass
@@ -42,27 +42,25 @@ class EnvTimes:
 
 
 class Environment:
-    """`budget`: how many and which real executions (shared with the callback that measures the
-    world model on anchors). `correction`: the debiasing shared with the debias callback; when
-    given, the score shown to the agent in a predicted observation is the corrected one (its metric
-    value follows)."""
+    """What the previous step left (`wmrl.step.Handoff`) is an argument of every call that uses it: its world
+    model scores, its anchor budget decides the real executions, its debiaser (when handed over) corrects the
+    score shown to the agent in a predicted observation (its metric value follows)."""
 
-    def __init__(self, domain: Domain, env_cfg, budget: AnchorBudget, correction: Debiaser | None = None,
-                 background_slots: int = 0):
+    def __init__(self, domain: Domain, env_cfg, background_slots: int = 0):
         """`background_slots`: executions `execute_background` keeps running at once (0: no limit)."""
-        self.domain, self.wm, self.cfg = domain, domain.world_model, env_cfg
-        self.budget, self.correction, self.background_slots = budget, correction, background_slots
+        self.domain, self.cfg, self.background_slots = domain, env_cfg, background_slots
         self.background: BackgroundPool | None = None  # started by the first background submission
 
-    def routing(self, n_groups: int, step: int, rng: random.Random) -> tuple[list[bool], list[bool]]:
+    def routing(self, n_groups: int, step: int, rng: random.Random, handoff: Handoff) -> tuple[list[bool], list[bool]]:
         """(executed, scored_by_wm) per group for this step, before sampling."""
-        if self.cfg.mode == "sandbox" or self.wm is None or step < self.cfg.warmup_steps:
+        if self.cfg.mode == "sandbox" or handoff.world_model is None or step < self.cfg.warmup_steps:
             return [True] * n_groups, [False] * n_groups
-        if self.budget.per_trajectory:  # chosen after the world model scored them
+        if handoff.budget.per_trajectory:  # chosen after the world model scored them
             return [False] * n_groups, [True] * n_groups
-        return choose_anchor_groups(n_groups, self.budget.rate, rng), [True] * n_groups
+        return choose_anchor_groups(n_groups, handoff.budget.rate, rng), [True] * n_groups
 
-    def after_scoring(self, trajs: list[Trajectory], rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def after_scoring(self, trajs: list[Trajectory], rng: np.random.Generator, handoff: Handoff
+                      ) -> tuple[np.ndarray, np.ndarray]:
         """(execute now, inclusion probability) per trajectory, once the world model scored them:
         the budget's per-trajectory anchors and the guard's flagged classes (probability 1)."""
         n = len(trajs)
@@ -70,22 +68,23 @@ class Environment:
         open_ = np.array([t.scored and not t.executed and not t.deferred for t in trajs], dtype=bool)
         if not open_.any():
             return todo, prob
-        if self.budget.per_trajectory:
+        budget = handoff.budget
+        if budget.per_trajectory:
             wm = torch.tensor([max(turn.judgement.wm_reward for turn in t.turns) for t in trajs])
             var = np.array([t.turns[int(np.argmax([turn.judgement.wm_reward for turn in t.turns]))].judgement.wm_var
                             for t in trajs])
             adv = predicted_advantage(wm, torch.tensor([t.group for t in trajs]))
-            chosen, pi = self.budget.choose(var[open_], adv[open_], rng)
+            chosen, pi = budget.choose(var[open_], adv[open_], rng)
             todo[np.flatnonzero(open_)[chosen]] = True
             prob[open_] = pi
-        forced = self.budget.forced([[turn.action_class for turn in t.turns] for t in trajs]) & open_
+        forced = budget.forced([[turn.action_class for turn in t.turns] for t in trajs]) & open_
         todo |= forced
         prob[forced] = 1.0
         return todo, prob
 
     def judge(self, items: Sequence[TurnItem], executed: Sequence[bool], scored: Sequence[bool],
-              split: str, times: EnvTimes) -> list[Judgement]:
-        """One Judgement per item, in order."""
+              split: str, times: EnvTimes, handoff: Handoff | None = None) -> list[Judgement]:
+        """One Judgement per item, in order; `handoff` scores the items `scored` marks (none: no item is)."""
         out = [Judgement() for _ in items]
         real_idx = [i for i, e in enumerate(executed) if e]
         wm_idx = [i for i, s in enumerate(scored) if s]
@@ -93,7 +92,7 @@ class Environment:
             future = self.execute([items[i] for i in real_idx], split)
         if wm_idx:  # the world model predicts while the real executions run
             t1 = time.perf_counter()
-            self._predict([items[i] for i in wm_idx], [out[i] for i in wm_idx], times)
+            self._predict([items[i] for i in wm_idx], [out[i] for i in wm_idx], times, handoff)
             times.wm_s += time.perf_counter() - t1
         if real_idx:
             outcomes = self.collect(future, times)
@@ -125,9 +124,10 @@ class Environment:
             times.infra_errors += o.missing
         return outcomes
 
-    def _predict(self, items: Sequence[TurnItem], out: Sequence[Judgement], times: EnvTimes) -> None:
+    def _predict(self, items: Sequence[TurnItem], out: Sequence[Judgement], times: EnvTimes, handoff: Handoff) -> None:
         queries = [self.domain.query(item) for item in items]
-        pred = self.wm.predict(queries)
+        pred = handoff.world_model.predict(queries)
+        correction = handoff.debiaser
         if pred.malformed is not None:
             times.wm_answers += int((~pred.prechecked).sum()) if pred.prechecked is not None else len(queries)
             times.wm_malformed += int(pred.malformed.sum())
@@ -135,9 +135,9 @@ class Environment:
             j.wm_reward, j.wm_var = float(pred.reward_mean[k]), float(pred.reward_var[k])
             predicted = pred.outcome(k)
             j.wm_status = predicted.status
-            if self.correction is not None and self.domain.shows_reward(predicted):
+            if correction is not None and self.domain.shows_reward(predicted):
                 strata = {"task": [item.task], "action_class": [item.action_class], "status": [j.wm_status.value]}
-                shown = float(self.correction.correct([j.wm_reward], self.correction.keys_of(strata))[0])
+                shown = float(correction.correct([j.wm_reward], correction.keys_of(strata))[0])
                 predicted = self.domain.with_reward(predicted, shown, item.task)
             j.observation = j.wm_observation = self.domain.observe(predicted)
             j.observed = Source.WM

@@ -129,6 +129,7 @@ def build(cfg: DictConfig, run_dir: Path, suite: "Suite", wrap_world_model: Call
     from wmrl.rl import dr_grpo_normaliser
     from wmrl.domains import make_domain
     from wmrl.rollout.collect import Rollout, Sampling
+    from wmrl.step import Handoff
 
     # the domain (its executor, its world model), the policy
     train_tasks, eval_tasks = suite.train_tasks(), suite.eval_tasks()
@@ -144,14 +145,17 @@ def build(cfg: DictConfig, run_dir: Path, suite: "Suite", wrap_world_model: Call
     debiaser, callbacks = correction_callbacks(cfg.callbacks)
     shown_correction = debiaser if debiaser is not None and cfg.callbacks.debias.correct_observations else None
     budget = AnchorBudget.from_config(cfg.env)
-    env = Environment(domain, cfg.env, budget, correction=shown_correction, background_slots=background_slots(cfg, world))
+    # what each step leaves the next collection: the world model, the anchor budget, the debiaser (when shown)
+    handoff = Handoff(world_model=world_model, budget=budget, debiaser=shown_correction)
+    env = Environment(domain, cfg.env, background_slots=background_slots(cfg, world))
     generator = make_generator(cfg.generation, policy, tok, chat.eos_ids)
     sync = WeightSync(generator, policy)
     sampling = Sampling(cfg.generation.temperature, cfg.generation.top_p, cfg.generation.max_new_tokens)
     rollout = Rollout(tok, chat, generator, env, suite, cfg.rollout.turns, sampling, cfg.policy.max_length, cfg.seed,
                       rank=rank, world=world)
     data = RolloutDataModule(rollout, sync, train_tasks, cfg.rollout.groups_per_step, cfg.rollout.group_size,
-                             cfg.rl.steps, cfg.seed, async_anchors=cfg.env.mode == "wm" and cfg.env.async_anchors)
+                             cfg.rl.steps, cfg.seed, async_anchors=cfg.env.mode == "wm" and cfg.env.async_anchors,
+                             handoff=handoff)
     module = WMRLModule(policy, cfg.rl, cfg.generation.temperature, cfg.seed,
                         max_completion_tokens=dr_grpo_normaliser(cfg.generation.max_new_tokens, cfg.rollout.turns))
     if world_model is not None:
@@ -159,7 +163,7 @@ def build(cfg: DictConfig, run_dir: Path, suite: "Suite", wrap_world_model: Call
         callbacks.append(AnchorBudgetCallback(budget))
     cost = CostCallback()
     callbacks.append(cost)
-    module.step = step_of(callbacks, update=module.update)  # the step's order is Step's, not this list's
+    module.step = step_of(callbacks, update=module.update, handoff=handoff)  # the order is Step's, not this list's
     evaluation = EvaluationCallback(Evaluator(rollout, eval_tasks, cfg.eval, cfg.logger.samples_per_eval,
                                               transfer_tasks=suite.transfer_tasks()), sync,
                                     cfg.eval.every_n_steps, cfg.rl.steps, at_start=cfg.eval.at_start)

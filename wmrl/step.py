@@ -12,17 +12,24 @@
 that is None (its callback dropped, e.g. `callbacks.debias=null`) is skipped. Every metric of the step is
 returned in one dict, which the module logs once at the RL step (`rl_step` = step + 1).
 
-What a step hands the next one (the back-edges): the debiaser it fitted corrects the scores the environment
-shows the agent, the world model it trained scores the next rollouts, the anchor budget it updated decides
-the next rollouts' anchors.
+What a step hands the next one (the back-edges) is `Step.handoff`, a `Handoff` the DataModule passes, by
+name, to the next collection (`Rollout.collect_train(..., handoff=)` -> `Environment`): the debiaser the
+debias stage fitted corrects the scores the world model's feedback shows the agent, the world model the
+world_model stage trained scores the next rollouts, the anchor budget the anchor_budget stage updated decides
+the next rollouts' anchors. Nothing else crosses from one step to the next.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
 
 from wmrl.rollout import RolloutBatch
+
+if TYPE_CHECKING:
+    from wmrl.anchoring import AnchorBudget
+    from wmrl.corrections import Debiaser
+    from wmrl.domain import WorldModel
 
 STAGES = ("collect", "debias", "denoise", "update", "world_model", "anchor_budget", "cost")
 TIMERS = {"debias": "time/debias_s", "denoise": "time/denoise_s", "update": "time/policy_train_s",
@@ -33,6 +40,15 @@ Observer = Callable[[RolloutBatch], "dict[str, float]"]  # a stage that learns f
 
 
 @dataclass
+class Handoff:
+    """What a step leaves the next step's collection, each part updated in place by the stage named."""
+
+    world_model: "WorldModel | None" = None  # world_model stage -> scores the next rollouts (None: all executed)
+    budget: "AnchorBudget | None" = None  # anchor_budget stage -> the next rollouts' anchors and guard flags
+    debiaser: "Debiaser | None" = None  # debias stage -> corrects the scores shown in predicted feedback
+
+
+@dataclass
 class Step:
     update: Observer
     debias: Transform | None = None
@@ -40,6 +56,7 @@ class Step:
     world_model: Observer | None = None
     anchor_budget: Observer | None = None
     cost: Observer | None = None
+    handoff: Handoff = field(default_factory=Handoff)  # what this step leaves the next collection
 
     def __call__(self, batch: RolloutBatch) -> tuple[RolloutBatch, dict[str, float]]:
         """The stages after collection on one batch: (the batch the update trained on, every metric)."""

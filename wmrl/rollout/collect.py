@@ -25,6 +25,7 @@ from wmrl.env import EnvTimes, Environment
 from wmrl.rollout.batch import RolloutBatch, make_batch
 from wmrl.rollout.types import Trajectory, Turn, TurnItem
 from wmrl.seeding import stream_seed
+from wmrl.step import Handoff
 
 
 @dataclass(frozen=True)
@@ -45,17 +46,20 @@ class Rollout:
         self.own_streams = f"/rank{rank}" if world > 1 else ""  # a rank's sampling streams (one process: none)
         self.anchors = BackgroundAnchors(env, env.cfg.anchor_lag, rank)
 
-    def collect_train(self, step: int, tasks: list, group_size: int, defer: bool = False) -> RolloutBatch:
-        """One training batch of this rank's share of the `len(tasks)` groups, routed by the environment.
+    def collect_train(self, step: int, tasks: list, group_size: int, defer: bool = False,
+                      handoff: Handoff | None = None) -> RolloutBatch:
+        """One training batch of this rank's share of the `len(tasks)` groups, routed by the environment with
+        what the last step left (`handoff`: its world model, anchor budget, debiaser; none: all executed).
         `defer`: anchors execute in the background and join the batch `env.anchor_lag` steps later
         (importance-weighted there by their recorded sampling log-probs) with their whole group; earlier
         steps' deferred anchors due now join this one (at the last step, all of them). Random anchor groups
         are deferred before sampling; anchors chosen after scoring (uncertainty, advantage, the guard) take
         their groups along, as long as a batch remains now."""
+        handoff = Handoff() if handoff is None else handoff
         rng = random.Random(stream_seed(self.seed, step, "train"))
         times = EnvTimes()
         waiting = self.anchors.due(step)  # earlier steps' anchors that join this batch, executing while it generates
-        executed, scored = self.env.routing(len(tasks), step, rng)  # all groups, as one process routes them
+        executed, scored = self.env.routing(len(tasks), step, rng, handoff)  # all groups, as one process routes them
         anchored = [e and s for e, s in zip(executed, scored)]
         # deferring must leave every rank a group to train on now (an empty batch has no update)
         defer_chosen = defer
@@ -63,8 +67,8 @@ class Rollout:
         tasks, executed, scored = (distributed.shard(x, self.rank, self.world) for x in (tasks, executed, scored))
         defer = defer and any(e and s for e, s in zip(executed, scored))
         trajs = self._start(tasks, group_size, executed, scored, defer)
-        t_gen = self._play(trajs, step, "train", "val", self.sampling.temperature, times)
-        todo, prob = self.env.after_scoring(trajs, np.random.default_rng(stream_seed(self.seed, step, "anchors" + self.own_streams)))
+        t_gen = self._play(trajs, step, "train", "val", self.sampling.temperature, times, handoff=handoff)
+        todo, prob = self.env.after_scoring(trajs, np.random.default_rng(stream_seed(self.seed, step, "anchors" + self.own_streams)), handoff)
         if defer_chosen and todo.any():
             todo = self._defer_chosen(trajs, todo, prob, keep_some=not waiting)
         self._execute_now([t for t, x in zip(trajs, todo) if x], [p for p, x in zip(prob, todo) if x], step, times)
@@ -133,7 +137,7 @@ class Rollout:
         return trajs
 
     def _play(self, trajs: list[Trajectory], step: int, purpose: str, split: str, temperature: float,
-              times: EnvTimes, sample_step: int | None = None) -> float:
+              times: EnvTimes, sample_step: int | None = None, handoff: Handoff | None = None) -> float:
         """K turns: generate, judge, append the observation. Returns the seconds spent generating."""
         seed_step = step if sample_step is None else sample_step
         own = self.own_streams if purpose == "train" else ""  # evaluation runs on one rank, as in one process
@@ -154,7 +158,7 @@ class Rollout:
                 action = self.env.domain.action(self.tok.decode(c.token_ids, skip_special_tokens=True))
                 items.append(TurnItem(t.task, action, t.history, self.suite.get(t.task).action_class(action),
                                       {"step": step, "purpose": purpose, "group": t.group, "trajectory": k, "turn": turn}))
-            judgements = self.env.judge(items, [t.executed for t in trajs], [t.scored for t in trajs], split, times)
+            judgements = self.env.judge(items, [t.executed for t in trajs], [t.scored for t in trajs], split, times, handoff)
             for t, item, j in zip(trajs, items, judgements):
                 t.turns.append(Turn(item.action, item.action_class, j))
                 t.history = (t.history + "\n" + j.observation).strip()
