@@ -87,6 +87,27 @@ def test_text_beyond_the_parse_bounds_is_one_recorded_failure_everywhere():
     assert precheck("def build():\n    return " + "[" * 60 + "]" * 60 + "\n") == (None, "")
 
 
+def test_repeated_and_unpacked_keywords_of_every_estimator_never_raise_and_are_never_decided_valid():
+    """`RandomForestClassifier(max_depth=None, max_depth=5)` parses (the compiler rejects it: the sandbox reports
+    runtime_error, "SyntaxError in build: keyword argument repeated") and made the literal check sort None against
+    an int: a TypeError in the trainer, which crashed a DDP rank mid-step. Whatever the values, keywords repeated
+    or unpacked with `**` are now left to the network or decided the failure the sandbox reports."""
+    from wmrl.domains.research import grammar
+
+    values = ["None", "5", "0.5", "'a'", "True", "(1, 2)", "-1"]
+    rng = random.Random(0)
+    for module, classifier, regressor, _ in grammar.FAMILIES.values():
+        for name, param in ((n, p) for n in (classifier, regressor) for p in ("max_depth", "C", "n_estimators", "alpha", "random_state", "n_neighbors", "fit_intercept")):
+            a, b = rng.sample(values, 2)
+            for call in (f"{name}({param}={a}, {param}={b})", f"{name}({param}={b}, {param}={a})",
+                         f"{name}(**{{'{param}': {a}}})", f"{name}({param}={a}, **{{'x': {b}}})"):
+                program = f"from {module} import {name}\n\ndef build():\n    return {call}\n"
+                piped = f"from sklearn.pipeline import make_pipeline\n{program}".replace(f"return {call}",
+                                                                                          f"return make_pipeline({call})")
+                for text in (program, piped):
+                    assert decided_status(text)[0] in (None, Status.RUNTIME_ERROR), text
+
+
 def test_command_line_entry_points_named_by_a_program_never_run_on_the_host(tmp_path, monkeypatch):
     """`from numpy.f2py.__main__ import main` imported in the trainer ran f2py with the trainer's argv (it read
     the files named there and raised SystemExit); a module of our own proves no code of a named module runs."""

@@ -239,10 +239,13 @@ def _returned_estimator_error(node: ast.AST, origin_of) -> str:
                 return error
         return ""
     est = _sklearn_class(*origin_of(node))
+    names = [k.arg for k in node.keywords]
+    if None in names or len(set(names)) < len(names):  # `**mapping`, or a keyword repeated (Python's compiler
+        return ""  # rejects that: the sandbox reports it, the network predicts it)
     values = [_literal(k.value) for k in node.keywords]
     if est is None or node.args or _NOT_LITERAL in values or est["constraints"] is None:
         return ""
-    for pname, value in sorted(zip((k.arg for k in node.keywords), values)):  # get_params() order: sorted
+    for pname, value in sorted(zip(names, values), key=lambda kv: kv[0]):  # get_params() order: sorted
         rule = est["constraints"].get(pname)
         if rule is None:
             continue
