@@ -20,7 +20,7 @@ class WorldModelCallback(Callback):
     metrics), each anchored turn
     appended to `anchor_log` (jsonl) for reports. Returns `wm/new_examples` and
     the world model's own training stats. The world model's state goes into checkpoints.
-    Under DDP every rank's world model learns from every rank's programs (gathered in rank order), so the
+    Under DDP every rank's world model learns from every rank's executions (gathered in rank order), so the
     ranks' world models take identical updates; pass `anchor_log` on one rank only."""
 
     def __init__(self, domain: Domain, anchor_log: Path | None = None):

@@ -154,16 +154,15 @@ def tokenizer_corpus(tasks: list, seed: int, n_programs: int = 3000) -> list[str
 def load_suite(cfg) -> TaskSuite:
     from wmrl.domains.research.tasks import load_suite as load
 
-    suite = load(cfg.task)
-    for task in suite.train_tasks() + suite.eval_tasks() + suite.transfer_tasks():  # build missing leaderboards now,
-        task.leaderboard()  # not in a sandbox slot mid-step
-    return suite
+    return load(cfg.task)
 
 
 def make(cfg, suite: TaskSuite, run_dir: Path, world: int = 1,
          wrap_world_model: "Callable[[WorldModel], WorldModel] | None" = None) -> ResearchDomain:
     from wmrl.domains.research.sandbox import make_sandbox
 
+    for task in suite.train_tasks() + suite.eval_tasks() + suite.transfer_tasks():  # build missing leaderboards now,
+        task.leaderboard()  # not in a sandbox slot mid-step
     world_model = None
     if cfg.env.mode == "wm":
         from wmrl.domains.research.world_model import make_world_model
