@@ -55,6 +55,9 @@ STANDARD = ["rl.steps=24", "rollout.groups_per_step=6", "eval.every_n_steps=24",
 # +0.4 lifts it above real forests inside a group, the error a policy can exploit and one global map cannot undo.
 DEFAULT_BIAS = {"dummy": 0.4}
 EXPERIMENT = "wmrl-speedup"
+# metrics kept whatever their names: per task family and status at evaluation, per status over training, proxy vs real
+PER_KIND_EVAL = ("eval/family/", "eval/status/")
+PER_KIND = (*PER_KIND_EVAL, "train/status/", "proxy/", "debias/decided_", "denoise/weight_")
 HISTORY = ["time/step_s", "time/generation_s", "time/policy_train_s", "time/env_real_s", "time/env_wm_s",
            "time/wm_train_s", "time/eval_s", "cost/real_executions", "cost/sandbox_slot_s", "eval/real_reward", "eval/real_reward_ci95",
            "reward/train_mean", "reward/real_mean", *stats.FIDELITY]
@@ -112,7 +115,7 @@ def subprocess_train(args: list[str], log_path: Path, bias: dict[str, float]) ->
 def metric_history(client, run_id: str) -> dict[str, dict[int, float]]:
     out = {}
     logged = client.get_run(run_id).data.metrics  # the families a run's evaluations reported are its own
-    for key in HISTORY + sorted(k for k in logged if k.startswith("eval/family/")):
+    for key in HISTORY + sorted(k for k in logged if k.startswith(PER_KIND)):
         hist = client.get_metric_history(run_id, key)
         if hist:
             out[key] = {int(m.step): float(m.value) for m in sorted(hist, key=lambda m: (m.step, m.timestamp))}
@@ -235,7 +238,7 @@ def finished_runs(dirs: list[Path]) -> dict[tuple, dict]:
 def share_warm_eval(run: dict, source: dict, client) -> None:
     """Give `run` (trained with eval.at_start=false) the step-0 evaluation of `source`: the same policy before
     step 1, evaluated on the same stream, so the same numbers; recorded in the run and in its MLflow run."""
-    for key in ("eval/real_reward", "eval/real_reward_ci95", *sorted(k for k in source["history"] if k.startswith("eval/family/"))):
+    for key in ("eval/real_reward", "eval/real_reward_ci95", *sorted(k for k in source["history"] if k.startswith(PER_KIND_EVAL))):
         if 0 in (source["history"].get(key) or {}):
             run["history"].setdefault(key, {})[0] = source["history"][key][0]
             client.log_metric(run["summary"]["mlflow_run_id"], key, source["history"][key][0], step=0)

@@ -30,7 +30,8 @@ def correction_callbacks(cfg: Any) -> tuple[Debiaser | None, list[Callback]]:
     debiaser = Debiaser.from_config(cfg.debias) if cfg.debias is not None else None
     out: list[Callback] = []
     if debiaser is not None:
-        out.append(DebiasCallback(debiaser, table_every=cfg.debias.table_every))
+        out.append(DebiasCallback(debiaser, table_every=cfg.debias.table_every,
+                                   correct_decided=cfg.debias.correct_decided))
     if cfg.denoise is not None:
         out.append(DenoiseCallback.from_config(cfg.denoise))
     return debiaser, out

@@ -29,10 +29,18 @@ class DebiasCallback(Callback):
     with anchors, debias/mae_before and debias/mae_after (out of sample: the fit before those
     pairs). Every `table_every` batches and at the end of training the per-stratum table goes to
     MLflow as debias/strata_step_N.md (N the RL step) when an MLFlowLogger is attached.
+
+    A WM reward the deterministic checks decided (`turn_wm_exact`: a syntax error, an empty or malformed
+    program) is the real reward, not an estimate: unless `correct_decided`, it is neither a pair of the fit
+    nor corrected, and its variance is 0. Corrected, it took the map's value and scatter in its region
+    (issue 27: mapped toward the errors the network predicts, malformed programs were punished less, at
+    lower weight, than real execution punishes them). debias/decided_shift and debias/decided_var say what the map
+    does, or would do, to them (mean shift, mean variance over the step's decided turns).
     """
 
-    def __init__(self, debiaser: Debiaser, table_every: int = DebiasConfig.table_every):
-        self.debiaser, self.table_every = debiaser, table_every
+    def __init__(self, debiaser: Debiaser, table_every: int = DebiasConfig.table_every,
+                 correct_decided: bool = DebiasConfig.correct_decided):
+        self.debiaser, self.table_every, self.correct_decided = debiaser, table_every, correct_decided
         self.batches = 0
 
     def __call__(self, batch: RolloutBatch) -> tuple[RolloutBatch, dict[str, float]]:
@@ -40,18 +48,22 @@ class DebiasCallback(Callback):
         d = self.debiaser
         wm = batch.turn_wm_reward.detach().cpu().numpy()
         wm_var = batch.turn_wm_var.detach().cpu().numpy()
+        exact = (np.zeros(wm.shape, dtype=bool) if self.correct_decided
+                 else batch.turn_wm_exact.detach().cpu().numpy() & ~np.isnan(wm))
+        fitted = np.where(exact, np.nan, wm)  # the map learns and corrects the network's estimates only
         real = batch.turn_real_reward.detach().cpu().numpy()
         keys = self.turn_keys(batch)
         anchors = (batch.is_anchor & batch.valid).cpu().numpy()
         # anchors' corrected scores under the fit *before* their own pairs: out of sample, for fidelity,
         # denoising's s² and the guard
-        before_fit, before_var = correct_turns(d, wm[anchors], _rows(keys, anchors), wm_var[anchors])
+        before_fit, before_var = _decided_kept(*correct_turns(d, fitted[anchors], _rows(keys, anchors), wm_var[anchors]),
+                                               wm[anchors], exact[anchors])
         # every executed anchor turn is its own pair, filed under its own turn's stratum, weighted 1/p
-        pairs = _of_every_rank(turn_pairs(wm[anchors], real[anchors], _rows(keys, anchors),
+        pairs = _of_every_rank(turn_pairs(fitted[anchors], real[anchors], _rows(keys, anchors),
                                           1.0 / batch.anchor_prob.detach().cpu().numpy()[anchors]))
         before, after = d.update(pairs[0], pairs[1], pairs[2], sample_weight=pairs[3])
         # each turn corrected in its own stratum, then the max: the trajectory's corrected WM score
-        corrected, corrected_var = correct_turns(d, wm, keys, wm_var)
+        corrected, corrected_var = _decided_kept(*correct_turns(d, fitted, keys, wm_var), wm, exact)
         score, var = aggregate_turns(corrected), _at_best(corrected, corrected_var)
         score[anchors], var[anchors] = aggregate_turns(before_fit), _at_best(before_fit, before_var)
         like = batch.reward
@@ -64,6 +76,13 @@ class DebiasCallback(Callback):
 
         metrics = {"debias/pairs": float(d.pairs), "debias/bias_global": d.bias(),
                    "debias/strata": float(sum(fit.n > 0 for fit in d.strata.values()))}
+        decided = batch.turn_wm_exact.detach().cpu().numpy() & ~np.isnan(wm)
+        if decided.any():  # what the map does (or, passed through, would do) to rewards that are exact
+            would, would_var = correct_turns(d, np.where(decided, wm, np.nan), keys, wm_var)
+            metrics["debias/decided_turns"] = float(decided.sum())
+            metrics["debias/decided_shift"] = float(np.mean(would[decided] - wm[decided]))
+            known = would_var[decided][np.isfinite(would_var[decided])]
+            metrics["debias/decided_var"] = float(known.mean()) if len(known) else 0.0
         if len(before):
             metrics["debias/mae_before"] = float(np.abs(before).mean())
             metrics["debias/mae_after"] = float(np.abs(after).mean())
@@ -114,6 +133,12 @@ def _of_every_rank(pairs: tuple) -> tuple:
     keys = None if pairs[2] is None else [k for r in ranks for k in r[2]]
     weight = None if pairs[3] is None else np.concatenate([r[3] for r in ranks])
     return wm, real, keys, weight
+
+
+def _decided_kept(corrected: np.ndarray, var: np.ndarray, wm: np.ndarray, exact: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Corrected turn scores and variances, with the decided turns' exact rewards back at variance 0."""
+    return np.where(exact, wm, corrected), np.where(exact, 0.0, var)
 
 
 def _rows(keys: list | None, mask: np.ndarray) -> list | None:

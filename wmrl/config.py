@@ -225,6 +225,8 @@ class DebiasConfig:
     min_stratum_pairs: int = opt(4, "isotonic: a stratum's own map is the identity until this many of its pairs")
     table_every: int = opt(10, "per-stratum table to MLflow every N steps (and at the end); 0 = at the end only")
     correct_observations: bool = opt(True, "also correct the predicted score shown to the agent")
+    correct_decided: bool = opt(False, "also fit on and correct WM rewards the deterministic checks decided (exact); "
+                                       "false: they pass through at variance 0 and the map learns the network's error only")
 
 
 @dataclass

@@ -135,6 +135,7 @@ class Environment:
             j.wm_reward, j.wm_var = float(pred.reward_mean[k]), float(pred.reward_var[k])
             predicted = pred.outcome(k)
             j.wm_status = predicted.status
+            j.wm_exact = pred.prechecked is not None and bool(pred.prechecked[k])
             if correction is not None and self.domain.shows_reward(predicted):
                 strata = {"task": [item.task], "action_class": [item.action_class], "status": [j.wm_status.value]}
                 shown = float(correction.correct([j.wm_reward], correction.keys_of(strata))[0])

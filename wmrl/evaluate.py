@@ -3,7 +3,8 @@ test split. Its time is logged as `time/eval_s` and never counted as training co
 
 Besides the mean over every held-out task, each family of tasks (`TaskSpec.task_family`: arrays, tables,
 scripts, or the family a task file names) gets its own mean and 95 % interval, `eval/family/<name>`: a
-policy that learned what the training tasks reward shows it on families the training set lacks."""
+policy that learned what the training tasks reward shows it on families the training set lacks. How a family's
+programs end, as shares of its turns (`eval/status/<family>/<status>`), shows where two policies diverge."""
 from __future__ import annotations
 
 import math
@@ -50,15 +51,19 @@ class Evaluator:
             batches.append(self.rollout.collect_eval(step, self.transfer, self.cfg.samples_per_task, self.cfg.split,
                                                      self.cfg.temperature, purpose="transfer"))
         suite = {t.name for t in self.tasks}
+        family_of = {t.name: t.family for t in self.tasks + self.transfer}
         per_task: dict[str, list[float]] = defaultdict(list)
         statuses = []
+        family_statuses: dict[str, list[str]] = defaultdict(list)
         for b in batches:
             for i, rec in enumerate(b.records):
                 if not bool(b.valid[i]):
                     continue
                 per_task[rec.task].append(float(b.real_reward[i]))
+                turns = [t.judgement.real.status.value for t in rec.turns]
+                family_statuses[family_of[rec.task]] += turns
                 if rec.task in suite:
-                    statuses += [t.judgement.real.status.value for t in rec.turns]
+                    statuses += turns
         task_means = {t: sum(v) / len(v) for t, v in per_task.items()}
         mean, half_width = stratified_mean_ci({t: v for t, v in per_task.items() if t in suite})
         metrics = {
@@ -76,4 +81,7 @@ class Evaluator:
                 families[t.family][t.name] = per_task[t.name]
         for family, tasks in sorted(families.items()):
             metrics[f"eval/family/{family}"], metrics[f"eval/family/{family}_ci95"] = stratified_mean_ci(tasks)
+        for family, seen in sorted(family_statuses.items()):  # what the policy writes there: eval/status/<family>/<status>
+            for status in sorted(set(seen)):
+                metrics[f"eval/status/{family}/{status}"] = seen.count(status) / len(seen)
         return metrics, [r.to_dict() for r in batch.records[: self.keep]]

@@ -40,6 +40,7 @@ class RolloutBatch:
     turn_wm_reward: torch.Tensor | None = None  # [N, K] float; NaN where not scored
     turn_wm_var: torch.Tensor | None = None  # [N, K] float; NaN where not scored
     turn_real_reward: torch.Tensor | None = None  # [N, K] float; NaN where not executed (or infra_error)
+    turn_wm_exact: torch.Tensor | None = None  # [N, K] bool; the deterministic checks decided the WM score
     turn_strata: dict[str, list[list[str]]] = field(default_factory=dict)  # key -> [N][K]; status: WM's if scored
     wm_corrected: torch.Tensor | None = None  # [N] WM score after debiasing (anchors: by the fit before their
     #   own pairs, so out of sample); = wm_reward until a debias callback sets it
@@ -56,6 +57,8 @@ class RolloutBatch:
             self.turn_wm_reward, self.turn_wm_var = self.wm_reward[:, None].clone(), self.wm_var[:, None].clone()
             self.turn_real_reward = self.real_reward[:, None].clone()
             self.turn_strata = {k: [[v] for v in col] for k, col in self.strata.items()}
+        if self.turn_wm_exact is None:
+            self.turn_wm_exact = torch.zeros(self.turn_wm_reward.shape, dtype=torch.bool)
         if self.wm_corrected is None:
             self.wm_corrected, self.wm_corrected_var = self.wm_reward.clone(), self.wm_var.clone()
         if self.anchor_prob is None:
@@ -98,6 +101,7 @@ def make_batch(trajs: list[Trajectory], pad_id: int, max_length: int) -> Rollout
     strata: dict[str, list[str]] = {"task": [], "action_class": [], "status": []}
     k_turns = max(len(t.turns) for t in trajs)
     t_wm, t_var, t_real = (torch.full((n, k_turns), math.nan) for _ in range(3))
+    t_exact = torch.zeros((n, k_turns), dtype=torch.bool)
     turn_strata: dict[str, list[list[str]]] = {"task": [], "action_class": [], "status": []}
     bad_groups = {t.group for t in trajs if t.executed
                   and any(turn.judgement.real.missing for turn in t.turns)}
@@ -109,7 +113,7 @@ def make_batch(trajs: list[Trajectory], pad_id: int, max_length: int) -> Rollout
         old[i, :length] = torch.tensor(t.logprobs[:length])
         judgements = [turn.judgement for turn in t.turns]
         for k, j in enumerate(judgements):
-            t_wm[i, k], t_var[i, k] = j.wm_reward, j.wm_var
+            t_wm[i, k], t_var[i, k], t_exact[i, k] = j.wm_reward, j.wm_var, j.wm_exact
             if j.real is not None and t.group not in bad_groups:
                 t_real[i, k] = j.real.reward
         turn_strata["task"].append([t.task] * len(t.turns))
@@ -139,6 +143,7 @@ def make_batch(trajs: list[Trajectory], pad_id: int, max_length: int) -> Rollout
         reward_var=torch.where(executed, torch.zeros(n), var),
         source=torch.where(executed, int(Source.REAL), int(Source.WM)), is_anchor=executed & scored, valid=valid,
         weight=torch.ones(n), strata=strata, turn_wm_reward=t_wm, turn_wm_var=t_var, turn_real_reward=t_real,
+        turn_wm_exact=t_exact,
         turn_strata=turn_strata, anchor_prob=torch.tensor([t.anchor_prob for t in trajs], dtype=torch.float32),
         records=[t.record() for t in trajs],
         stats={"rollout/dropped_groups": len(bad_groups)},

@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
-from dataclasses import dataclass
 
 from wmrl import distributed, stop
 from wmrl.background import BackgroundExecutions
 from wmrl.env import EnvTimes, Environment
 from wmrl.rollout.batch import RolloutBatch, make_batch
-from wmrl.rollout.types import Trajectory, Turn, TurnItem
+from wmrl.rollout.types import Trajectory, TrajectoryRecord, Turn, TurnItem
 from wmrl.seeding import stream_seed
 from wmrl.step import Handoff
 
@@ -84,6 +85,7 @@ class Rollout:
         batch = make_batch([t for t in trajs if not t.deferred] + carried, self.tok.pad_token_id, self.max_length)
         batch.stats.update(_stats(t_gen, times))
         batch.stats["rollout/deferred_anchors"] = len(carried)
+        batch.stats.update(status_counts(batch.records))
         return batch
 
     def collect_eval(self, step: int, tasks: list, samples: int, split: str, temperature: float,
@@ -256,6 +258,20 @@ class BackgroundAnchors:
         self.submissions = []
         for d in state or []:
             self.submit(d["step"], d["split"], [Trajectory.from_dict(t, self.env.domain) for t in d["trajectories"]])
+
+
+def status_counts(records: Sequence[TrajectoryRecord]) -> dict[str, float]:
+    """`train/status/<status>`: how many of the batch's turns got each status, the real one where executed, else the
+    world model's (counts, so ranks sum; a share is a count over their total). What a policy writes, step by step."""
+    out: dict[str, float] = {}
+    for rec in records:
+        for turn in rec.turns:
+            j = turn.judgement
+            status = j.real.status if j.real is not None else j.wm_status
+            if status is not None:
+                key = f"train/status/{status.value}"
+                out[key] = out.get(key, 0.0) + 1.0
+    return out
 
 
 def _stats(t_gen: float, times: EnvTimes) -> dict[str, float]:

@@ -51,6 +51,7 @@ class Judgement:
     wm_reward: float = math.nan  # world-model reward mean (NaN when not scored)
     wm_var: float = math.nan  # world-model reward variance (NaN when not scored)
     wm_status: Enum | None = None  # the world model's predicted status (None when not scored)
+    wm_exact: bool = False  # the deterministic checks decided it: wm_reward is the real reward, not an estimate
     observation: str = ""  # the feedback the agent reads next turn
     observed: Source | None = None  # where that feedback came from (None before the environment answered)
     wm_observation: str = ""  # the world model's predicted feedback (when scored), shown or not
@@ -59,7 +60,8 @@ class Judgement:
         return {"real": None if self.real is None else self.real.to_dict(),
                 "wm_reward": None if math.isnan(self.wm_reward) else self.wm_reward,
                 "wm_var": None if math.isnan(self.wm_var) else self.wm_var,
-                "wm_status": None if self.wm_status is None else self.wm_status.value, "observation": self.observation,
+                "wm_status": None if self.wm_status is None else self.wm_status.value, "wm_exact": self.wm_exact,
+                "observation": self.observation,
                 "observed": None if self.observed is None else self.observed.word,
                 "wm_observation": self.wm_observation}
 
@@ -69,7 +71,8 @@ class Judgement:
         return cls(real=None if d["real"] is None else domain.outcome(d["real"]),
                    wm_reward=math.nan if d["wm_reward"] is None else d["wm_reward"],
                    wm_var=math.nan if d["wm_var"] is None else d["wm_var"],
-                   wm_status=None if d["wm_status"] is None else domain.status(d["wm_status"]), observation=d["observation"],
+                   wm_status=None if d["wm_status"] is None else domain.status(d["wm_status"]),
+                   wm_exact=bool(d.get("wm_exact", False)), observation=d["observation"],
                    observed=None if d["observed"] is None else Source.of_word(d["observed"]),
                    wm_observation=d["wm_observation"])
 
