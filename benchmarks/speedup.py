@@ -328,7 +328,7 @@ def run_benchmark(out: Path, scenario: str = "default", seeds: int = 1, override
     rendered = write_report(out, results)
     for k, v in rendered["metrics"].items():
         client.log_metric(pid, k, v)
-    for name in ("table.md", "results.json", "cost_vs_reward.png"):
+    for name in ("table.md", "results.json", "cost_vs_reward.png", "programs.png"):
         if (out / name).exists():
             client.log_artifact(pid, str(out / name))
     failed = any(r["status"] != "ok" for r in runs)
@@ -358,12 +358,17 @@ def write_report(out: Path, results: dict) -> dict:
         wm_runs = sum(r["arm"] != stats.BASELINE and r["status"] == "ok" for r in runs)
         header += render.pretrain_section(report, results["pretrained"], wm_runs)
     md = render.render_markdown(report, strata, recovered, header=header, show_targets=results["scenario"] == "default")
+    programs = stats.status_rows(ok, arms)
+    md += "\n".join(render.status_section(programs)) + ("\n\n![programs](programs.png)\n" if programs else "")
     md += render.run_reports_section(runs, out)
     (out / "table.md").write_text(md)
-    results = {**results, "report": report, "targets": tg.check(report) if results["scenario"] == "default" else [],
+    results = {**results, "report": report, "programs": programs,
+               "targets": tg.check(report) if results["scenario"] == "default" else [],
                "recovery": recovered, "strata": strata}
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
     render.plot_cost_vs_reward(report, out / "cost_vs_reward.png", runs)
+    if programs:
+        render.plot_programs(programs, report, ok, out / "programs.png")
     metrics = {}
     for row in report["rows"]:
         for k, v in {"train_cost_s": row["train_cost_s"], "final_eval": row["final_eval"]["mean"],

@@ -560,3 +560,33 @@ def test_each_task_family_gets_its_final_gain_and_paired_difference_in_the_table
     assert wm["families"]["arrays"]["vs_baseline"]["significant"] is False  # the same reward on every seed
     text = render.render_markdown(report)
     assert "| tables | wmrl | 0.260 [" in text and "| arrays | sandbox_rl |" in text
+
+
+def test_how_programs_end_per_family_and_over_training_with_intervals_and_a_figure(tmp_path):
+    """Issue 27: where a world-model policy diverges (malformed programs on tables) is a table row and a bar."""
+    def arm(name, seed, malformed):
+        r = _run(name, [10] * 4, [2] * 4, [1] * 4, {0: 0.4, 4: 0.5}, 64, 75.0, seed=seed)
+        r["history"].update({
+            "eval/status/tables/malformed": {0: 0.5, 4: malformed}, "eval/status/tables/valid": {0: 0.5, 4: 1 - malformed},
+            # training counts: step 1 all valid, step 4 one malformed of four; a status missing at a step is 0
+            "train/status/valid": {1: 4.0, 2: 4.0, 3: 4.0, 4: 3.0}, "train/status/malformed": {4: 1.0},
+            "proxy/wm_mean": {1: 0.6, 2: 0.7}, "proxy/real_mean": {1: 0.5, 2: 0.5}})
+        return r
+
+    runs = [arm("sandbox_rl", s, 0.10) for s in range(3)] + [arm("wmrl", s, 0.40 + 0.01 * s) for s in range(3)]
+    shares = stats.status_shares(runs[0]["history"])
+    assert shares["training"][1] == {"malformed": 0.0, "valid": 1.0}
+    assert shares["training"][4] == {"malformed": 0.25, "valid": 0.75}
+    rows = stats.status_rows(runs, ["sandbox_rl", "wmrl"])
+    assert [(r["family"], r["arm"]) for r in rows] == [("tables", "sandbox_rl"), ("tables", "wmrl"),
+                                                        ("training", "sandbox_rl"), ("training", "wmrl")]
+    wm = rows[1]
+    assert wm["first"]["malformed"]["mean"] == pytest.approx(0.5) and wm["last"]["malformed"]["mean"] == pytest.approx(0.41)
+    assert wm["last"]["malformed"]["lo"] < 0.41 < wm["last"]["malformed"]["hi"]
+    assert rows[3]["last"]["malformed"]["mean"] == pytest.approx(0.25) and rows[3]["first"]["malformed"]["mean"] == 0.0
+    text = "\n".join(render.status_section(rows))
+    assert "| tables | wmrl | 0.50 → 0.41 [" in text and "| tables | sandbox_rl | 0.50 → 0.10 |" not in text
+    curves = stats.proxy_curves(runs, "wmrl")
+    assert curves["proxy/wm_mean"][2]["mean"] == pytest.approx(0.7) and curves["proxy/real_mean"][1]["mean"] == 0.5
+    render.plot_programs(rows, stats.build_report(runs, ["sandbox_rl", "wmrl"]), runs, tmp_path / "programs.png")
+    assert (tmp_path / "programs.png").stat().st_size > 10000

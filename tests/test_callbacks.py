@@ -367,3 +367,50 @@ def test_a_checkpoint_is_written_after_every_step_even_one_whose_update_was_skip
     lightning, _ = run(ModelCheckpoint(dirpath=tmp_path / "mc", save_last=True, save_top_k=0, every_n_train_steps=1),
                        tmp_path / "mc")
     assert lightning != ours  # the skipped steps left no checkpoint of their own
+
+
+def test_a_reward_the_checks_decided_is_exact_not_a_pair_and_not_corrected():
+    """Issue 27. The world model overrates valid programs by 0.3 and the checks decide the malformed ones
+    exactly (0.0). With the old path (correct_decided) the malformed pairs (0, 0) join the fit and the map's
+    scatter lands on them; now the fit learns from the valid pairs alone, a decided reward stays 0.0 at
+    variance 0, and the map is not dragged toward identity by exact pairs."""
+    from wmrl.domains.research.outcome import Outcome, Status
+    from wmrl.rollout import Judgement, Trajectory, Turn, make_batch as make_rollout_batch
+
+    def traj(group, wm, status, real=None):
+        exact = status is not Status.VALID
+        outcome = None if real is None else Outcome("wine", status, reward=real, pos=max(0.0, 2 * real - 1))
+        j = Judgement(real=outcome, wm_reward=wm, wm_var=0.0 if exact else 0.01, wm_status=status, wm_exact=exact)
+        return Trajectory("wine", group, [1, 2], [0, 1], [0.0, -1.0], turns=[Turn("p", "forest", j)],
+                          executed=real is not None, scored=True)
+
+    rng = np.random.default_rng(0)
+
+    def batch(anchored: bool):
+        rows = []
+        for g in range(4):
+            for _ in range(3):
+                r = float(rng.uniform(0.5, 0.7))
+                rows.append(traj(g, r + 0.3, Status.VALID, r if anchored else None))
+            rows.append(traj(g, 0.0, Status.MALFORMED, 0.0 if anchored else None))
+        return make_rollout_batch(rows, 0, 8)
+
+    def trained(correct_decided):
+        cb = DebiasCallback(Debiaser("offset", [], half_life=float("inf")), correct_decided=correct_decided)
+        apply(cb, batch(anchored=True))
+        return cb
+
+    new, old = trained(False), trained(True)
+    assert new.debiaser.pairs == 12 and old.debiaser.pairs == 16  # the 4 malformed anchors are no pairs now
+    assert new.debiaser.bias() == pytest.approx(0.3, abs=1e-6)  # the network's error, not diluted by exact pairs
+    assert old.debiaser.bias() == pytest.approx(0.225, abs=1e-6)
+    rec = Recorder()
+    out = apply(new, batch(anchored=False), rec)
+    malformed = torch.tensor([s == "malformed" for s in out.strata["status"]])
+    assert torch.all(out.reward[malformed] == 0.0) and torch.all(out.reward_var[malformed] == 0.0)
+    assert torch.allclose(out.reward[~malformed], out.wm_reward[~malformed] - 0.3, atol=1e-5)
+    # the metric says what the map would have done to them: lowered the exact 0.0 by the shared offset
+    assert rec.logged["debias/decided_turns"] == 4.0
+    assert rec.logged["debias/decided_shift"] == pytest.approx(-0.3, abs=1e-5)
+    before = apply(old, batch(anchored=False))
+    assert torch.all(before.reward[malformed] < -0.2) and torch.all(before.reward_var[malformed] > 0)

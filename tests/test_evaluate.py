@@ -27,9 +27,10 @@ class FakeRollout:
         self.purposes = getattr(self, "purposes", []) + [purpose]
         names = {t.name for t in tasks}
         rows = [(t, r) for t, rs in self.rewards.items() if t in names for r in rs]
-        real = SimpleNamespace(status=SimpleNamespace(value="valid"))
-        records = [SimpleNamespace(task=t, turns=[SimpleNamespace(judgement=SimpleNamespace(real=real))],
-                                   to_dict=lambda: {}) for t, _ in rows]
+        def real(r):  # a zero reward is a malformed program
+            return SimpleNamespace(status=SimpleNamespace(value="valid" if r > 0 else "malformed"))
+        records = [SimpleNamespace(task=t, turns=[SimpleNamespace(judgement=SimpleNamespace(real=real(r)))],
+                                   to_dict=lambda: {}) for t, r in rows]
         return SimpleNamespace(records=records, valid=torch.ones(len(rows), dtype=torch.bool),
                                real_reward=torch.tensor([r for _, r in rows]), stats={"cost/real_executions": len(rows)})
 
@@ -103,3 +104,16 @@ def test_a_transfer_task_may_not_be_trained_on_or_in_the_suite(tmp_path):
     assert [t.name for t in load_suite(load_config(base + ["task.transfer=[loan_table]"]).task).transfer_tasks()] == ["loan_table"]
     with pytest.raises(TaskError, match="task.transfer"):
         load_suite(load_config(base + ["task.eval=[iris]", "task.transfer=[iris]"]).task)
+
+
+def test_each_family_reports_how_its_programs_ended_transfer_tasks_included():
+    """eval/status/<family>/<status>: the share of a family's turns with that status; a transfer family's
+    programs count there (and not in the suite's valid rate)."""
+    rewards = {"iris": [0.8, 0.6, 0.0, 0.5], "churn": [0.0, 0.0, 0.0, 0.3]}
+    cfg = SimpleNamespace(samples_per_task=4, split="test", temperature=1.0)
+    metrics, _ = Evaluator(FakeRollout(rewards), [SimpleNamespace(name="iris", family="arrays")], cfg,
+                           transfer_tasks=[SimpleNamespace(name="churn", family="tables")]).run(0)
+    assert metrics["eval/status/arrays/valid"] == pytest.approx(0.75)
+    assert metrics["eval/status/arrays/malformed"] == pytest.approx(0.25)
+    assert metrics["eval/status/tables/malformed"] == pytest.approx(0.75)
+    assert metrics["eval/valid_rate"] == pytest.approx(0.75)  # the suite's own

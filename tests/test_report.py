@@ -164,3 +164,21 @@ def test_a_sandbox_only_run_is_not_compared_with_itself():
     s = summary.summarize(run)
     assert s["sandbox_only_executions"] is None and s["sandbox_only_cost_s"] is None
     assert "real executions   20, 6.0 sandbox slot-s" in summary.render(s)
+
+
+def test_the_programs_and_proxy_figures_plot_what_the_run_logged():
+    """Issue 27: how programs end (training per step, each evaluated family first and last) and the proxy
+    (corrected world-model reward on anchors) against the real reward, with its interval."""
+    history = {**HISTORY, "train/status/valid": {1: 6.0, 2: 2.0}, "train/status/malformed": {1: 2.0, 2: 6.0},
+               "eval/status/tables/valid": {0: 0.4, 2: 0.9}, "eval/status/tables/malformed": {0: 0.6, 2: 0.1},
+               "proxy/wm_mean": {1: 0.6, 2: 0.8}, "proxy/wm_mean_ci95": {1: 0.1, 2: 0.1},
+               "proxy/real_mean": {1: 0.5, 2: 0.5}}
+    fig = figures.programs(_run(history))
+    train_ax, tables_ax = fig.axes[:2]
+    malformed, valid = train_ax.collections[:2]  # stacked in status order: malformed under valid
+    assert malformed.get_paths()[0].vertices[:, 1].max() == pytest.approx(0.75)  # 6 of 8 turns at step 2
+    heights = sorted(round(p.get_height(), 6) for p in tables_ax.patches)
+    assert heights == [0.1, 0.4, 0.6, 0.9] and "tables" in tables_ax.get_title()
+    ax = figures.proxy(_run(history)).axes[0]
+    assert [list(c.lines[0].get_ydata()) for c in ax.containers] == [[0.6, 0.8], [0.5, 0.5]]
+    assert [c.get_label() for c in ax.containers] == ["corrected world model (trained on)", "real execution"]

@@ -37,6 +37,79 @@ def family_section(report: dict) -> list[str]:
     return lines
 
 
+def status_section(rows: Sequence[dict]) -> list[str]:
+    """`stats.status_rows` as a table: per family (and over training) and arm, each status's share at the warm start
+    → at the final evaluation (training: first → last quarter of the steps), the latter with its 95% interval."""
+    if not rows:
+        return []
+    statuses = sorted({s for r in rows for s in r["statuses"]})
+    lines = ["", "How programs end, per family: share of turns with each status, warm start → final evaluation "
+                 "(`training`: first → last quarter of the steps, the real status where executed, else the world "
+                 "model's), final [95% t-interval over seeds].", "",
+             "| family | arm | " + " | ".join(statuses) + " |", "|---|---|" + "---|" * len(statuses)]
+    for r in rows:
+        cells = []
+        for s in statuses:
+            first, last = r["first"].get(s), r["last"].get(s)
+            if last is None or last["mean"] is None:
+                cells.append("—")
+                continue
+            start = fmt(first["mean"], 2) if first and first["mean"] is not None else "—"
+            band = "" if last["lo"] is None else f" [{max(0.0, last['lo']):.2f}, {min(1.0, last['hi']):.2f}]"
+            cells.append(f"{start} → {last['mean']:.2f}{band}")
+        lines.append(f"| {r['family']} | {r['arm']} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def plot_programs(rows: Sequence[dict], report: dict, runs: Sequence[dict], path) -> None:
+    """programs.png: per family, each arm's final status shares as stacked bars (the warm start's beside them);
+    and, per world-model arm, the proxy (corrected world-model reward on anchors) against their real reward."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from wmrl.benchmark.stats import BASELINE, proxy_curves
+
+    families = list(dict.fromkeys(r["family"] for r in rows))
+    wm_arms = [r["arm"] for r in report["rows"] if r["arm"] != BASELINE]
+    fig, axes = plt.subplots(1, len(families) + 1, figsize=(4.2 * (len(families) + 1), 4.2), squeeze=False)
+    statuses = sorted({s for r in rows for s in r["statuses"]})
+    colors = dict(zip(statuses, plt.get_cmap("tab10").colors))
+    for ax, family in zip(axes[0], families):
+        mine = [r for r in rows if r["family"] == family]
+        if family == "training":  # each arm's first and last quarter of the steps
+            labels = [f"{r['arm']} {q} ¼" for r in mine for q in ("first", "last")]
+            bars = [b for r in mine for b in (r["first"], r["last"])]
+        else:  # one warm start for every arm
+            labels, bars = ["warm start"] + [r["arm"] for r in mine], [mine[0]["first"]] + [r["last"] for r in mine]
+        bottom = [0.0] * len(bars)
+        for s in statuses:
+            h = [(b.get(s) or {}).get("mean") or 0.0 for b in bars]
+            ax.bar(range(len(bars)), h, bottom=bottom, color=colors[s], label=s)
+            bottom = [a + b for a, b in zip(bottom, h)]
+        ax.set_xticks(range(len(bars)), labels, rotation=30, ha="right", fontsize=8)
+        ax.set(ylim=(0, 1), ylabel="share of turns", title=f"{family}: how programs end")
+    axes[0][0].legend(fontsize=7, loc="lower left")
+    ax = axes[0][-1]
+    for arm in wm_arms:
+        curves, color = proxy_curves(runs, arm), None
+        for key, ls in (("proxy/wm_mean", "-"), ("proxy/real_mean", "--")):
+            pts = curves[key]
+            if pts:
+                steps = sorted(pts)
+                (line,) = ax.plot(steps, [pts[s]["mean"] for s in steps], ls=ls, marker=".", color=color,
+                                  label=f"{arm} {'corrected WM' if key.endswith('wm_mean') else 'real'}")
+                color = line.get_color()
+    ax.set(xlabel="RL step", ylabel="reward on anchors", title="Proxy vs real reward (mean over seeds)")
+    ax.grid(alpha=0.3)
+    if ax.lines:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def render_markdown(report: dict, strata: Sequence[dict] = (), recovered: Sequence[dict] = (),
                     header: str = "", show_targets: bool = True) -> str:
     b = report["baseline"]

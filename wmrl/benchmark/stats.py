@@ -328,3 +328,77 @@ def with_pretrain_cost(cost: float | None, baseline_cost: float | None, pretrain
     charged, amortised = cost + pretrain_s, cost + pretrain_s / max(runs, 1)
     return {"charged": charged, "charged_ratio": ratio(charged, baseline_cost),
             "amortised": amortised, "amortised_ratio": ratio(amortised, baseline_cost)}
+
+
+STATUS = "eval/status/"  # eval/status/<family>/<status>: shares of a family's turns at one evaluation
+TRAIN_STATUS = "train/status/"  # train/status/<status>: counts of one step's turns
+TRAINING = "training"  # the pseudo-family of `status_shares` that holds the training turns
+
+
+def status_shares(history: dict[str, dict[int, float]]) -> dict[str, dict[int, dict[str, float]]]:
+    """How programs ended, from one run's history: {family: {step: {status: share}}} for each evaluated family
+    (eval/status/*) and, under TRAINING, each training step's turns (train/status/* counts as shares). A status
+    a step did not log had no turns there (share 0)."""
+    out: dict[str, dict[int, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
+    for key, series in history.items():
+        if key.startswith(STATUS):
+            family, status = key[len(STATUS):].rsplit("/", 1)
+        elif key.startswith(TRAIN_STATUS):
+            family, status = TRAINING, key[len(TRAIN_STATUS):]
+        else:
+            continue
+        for step, value in series.items():
+            out[family][step][status] = value
+    shares = {}
+    for family, steps in out.items():
+        statuses = sorted({s for by in steps.values() for s in by})
+        shares[family] = {}
+        for step, by in sorted(steps.items()):
+            total = sum(by.values()) if family == TRAINING else 1.0
+            shares[family][step] = {s: by.get(s, 0.0) / total if total else 0.0 for s in statuses}
+    return shares
+
+
+def status_rows(runs: Sequence[dict], arms: Sequence[str]) -> list[dict]:
+    """Per family and arm: each status's share at the warm start, at the final evaluation and (training) over the
+    first and the last quarter of the steps, as t-intervals over seeds. Where a world-model policy's programs
+    diverge from a real-execution one's shows here first (issue 27: malformed programs on tables)."""
+    rows = []
+    per_run = {id(r): status_shares(r["history"]) for r in runs if r.get("status") == "ok"}
+    families_ = sorted({f for s in per_run.values() for f in s}, key=lambda f: (f == TRAINING, f))
+    for family in families_:
+        for arm in arms:
+            mine = [per_run[id(r)][family] for r in runs if r["arm"] == arm and id(r) in per_run and family in per_run[id(r)]]
+            if not mine:
+                continue
+            statuses = sorted({s for by_step in mine for by in by_step.values() for s in by})
+
+            def at(pick) -> dict:
+                return {s: t_interval([pick(by_step, s) for by_step in mine]) for s in statuses}
+
+            if family == TRAINING:
+                def quarter(last: bool):
+                    def pick(by_step, s):
+                        steps = sorted(by_step)
+                        k = max(1, len(steps) // 4)
+                        chosen = steps[-k:] if last else steps[:k]
+                        return sum(by_step[t].get(s, 0.0) for t in chosen) / len(chosen)
+                    return pick
+                first, last = at(quarter(False)), at(quarter(True))
+            else:
+                first = at(lambda by_step, s: by_step[min(by_step)].get(s, 0.0) if min(by_step) == 0 else math.nan)
+                last = at(lambda by_step, s: by_step[max(by_step)].get(s, 0.0))
+            rows.append({"family": family, "arm": arm, "statuses": statuses, "first": first, "last": last})
+    return rows
+
+
+def proxy_curves(runs: Sequence[dict], arm: str) -> dict[str, dict[int, dict]]:
+    """proxy/wm_mean and proxy/real_mean of `arm`'s anchors per step: t-interval over its seeds at each step
+    every seed logged (what the policy trained on against what real execution said)."""
+    ok = [r for r in runs if r["arm"] == arm and r.get("status") == "ok"]
+    out = {}
+    for key in ("proxy/wm_mean", "proxy/real_mean"):
+        series = [r["history"].get(key) or {} for r in ok]
+        steps = sorted(set.intersection(*(set(s) for s in series))) if series and all(series) else []
+        out[key] = {st: t_interval([s[st] for s in series]) for st in steps}
+    return out

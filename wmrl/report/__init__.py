@@ -14,7 +14,7 @@ __all__ = ["RunData", "load_run", "write_report"]
 
 
 def write_report(run: RunData, out: Path | None = None, checkpoint: str | None = None) -> Path:
-    """Writes <out>/{reward,cost,fidelity,divergence,anchors}.png, summary.txt and index.html (default out:
+    """Writes <out>/{reward,cost,fidelity,divergence,anchors,programs,proxy}.png, summary.txt and index.html (default out:
     <run_dir>/report); returns the HTML page's path."""
     import matplotlib.pyplot as plt
     import yaml

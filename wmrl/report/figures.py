@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from wmrl.benchmark.stats import cumulative_cost, t_interval  # noqa: E402
+from wmrl.benchmark.stats import TRAINING, cumulative_cost, status_shares, t_interval  # noqa: E402
 from wmrl.report.data import RunData, eval_interval  # noqa: E402
 from wmrl.summary import SPLIT  # noqa: E402
 
@@ -148,4 +148,58 @@ def anchors(run: RunData) -> Figure:
     return fig
 
 
-FIGURES = {"reward": reward, "cost": cost, "fidelity": fidelity, "divergence": divergence, "anchors": anchors}
+def programs(run: RunData) -> Figure:
+    """How programs end: each status's share of the training turns per step (the real status where executed, else
+    the world model's), and of each evaluated family's turns at its first and last evaluation."""
+    shares = status_shares(run.history)
+    evaluated = [f for f in sorted(shares) if f != TRAINING]
+    fig, axes = plt.subplots(1, 1 + len(evaluated), figsize=(5 * (1 + len(evaluated)), 3.8), squeeze=False)
+    statuses = sorted({s for by_step in shares.values() for by in by_step.values() for s in by})
+    colors = dict(zip(statuses, plt.get_cmap("tab10").colors))
+    train = shares.get(TRAINING, {})
+    ax = axes[0][0]
+    if train:
+        steps = sorted(train)
+        ax.stackplot(steps, [[train[t].get(s, 0.0) for t in steps] for s in statuses], labels=statuses,
+                     colors=[colors[s] for s in statuses])
+        ax.legend(fontsize=7, loc="lower left")
+    else:
+        _empty(ax, "train/status/* not logged")
+    ax.set(xlabel="RL step", ylabel="share of turns", ylim=(0, 1), title="Training: how programs end")
+    for ax, family in zip(axes[0][1:], evaluated):
+        steps = sorted(shares[family])
+        shown = [steps[0], steps[-1]] if len(steps) > 1 else steps
+        bottom = [0.0] * len(shown)
+        for s in statuses:
+            h = [shares[family][t].get(s, 0.0) for t in shown]
+            ax.bar(range(len(shown)), h, bottom=bottom, color=colors[s], label=s)
+            bottom = [a + b for a, b in zip(bottom, h)]
+        ax.set_xticks(range(len(shown)), [f"step {t}" for t in shown])
+        ax.set(ylabel="share of turns", ylim=(0, 1), title=f"Held-out {family}: how programs end")
+    fig.tight_layout()
+    return fig
+
+
+def proxy(run: RunData) -> Figure:
+    """On anchors, per step: the reward the policy trained on (the corrected world-model score, out of sample) and
+    the real reward, with 95 % intervals; the proxy climbing while the real one stalls is over-optimisation."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for key, label in (("proxy/wm_mean", "corrected world model (trained on)"), ("proxy/real_mean", "real execution")):
+        s, half = run.series(key), run.series(key.replace("_mean", "_mean_ci95"))
+        if s:
+            steps = sorted(s)
+            ax.errorbar(steps, [s[t] for t in steps], yerr=[half.get(t, 0.0) for t in steps], marker="o", capsize=3,
+                        label=label)
+    if not ax.lines:
+        _empty(ax, "no anchors (proxy/* not logged)")
+    else:
+        ax.legend(fontsize=8)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set(xlabel="RL step", ylabel="reward on anchors", title="Proxy vs real reward")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+FIGURES = {"reward": reward, "cost": cost, "fidelity": fidelity, "divergence": divergence, "anchors": anchors,
+           "programs": programs, "proxy": proxy}
