@@ -56,7 +56,7 @@ STANDARD = ["rl.steps=24", "rollout.groups_per_step=6", "eval.every_n_steps=24",
 DEFAULT_BIAS = {"dummy": 0.4}
 EXPERIMENT = "wmrl-speedup"
 # metrics kept whatever their names: per task family and status at evaluation, per status over training, proxy vs real
-PER_KIND_EVAL = ("eval/family/", "eval/status/")
+PER_KIND_EVAL = ("eval/family/", "eval/status/", "eval/train_prompts")
 PER_KIND = (*PER_KIND_EVAL, "train/status/", "proxy/", "debias/decided_", "denoise/weight_")
 HISTORY = ["time/step_s", "time/generation_s", "time/policy_train_s", "time/env_real_s", "time/env_wm_s",
            "time/wm_train_s", "time/eval_s", "cost/real_executions", "cost/sandbox_slot_s", "eval/real_reward", "eval/real_reward_ci95",

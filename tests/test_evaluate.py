@@ -117,3 +117,18 @@ def test_each_family_reports_how_its_programs_ended_transfer_tasks_included():
     assert metrics["eval/status/arrays/malformed"] == pytest.approx(0.25)
     assert metrics["eval/status/tables/malformed"] == pytest.approx(0.75)
     assert metrics["eval/valid_rate"] == pytest.approx(0.75)  # the suite's own
+
+
+def test_training_prompts_are_scored_on_their_hidden_split_only_when_asked():
+    """eval/train_prompts: the real reward where the policy trained, on its own stream, apart from the held-out
+    mean (a policy that learnt the training tasks but not research shows a gap between the two)."""
+    rewards = {"iris": [0.8, 0.6], "digits": [0.9, 0.7], "wine": [0.5, 0.5]}
+    cfg = SimpleNamespace(samples_per_task=2, split="test", temperature=1.0, train_prompts=2)
+    rollout = FakeRollout(rewards)
+    trained = [SimpleNamespace(name="digits", family="arrays"), SimpleNamespace(name="wine", family="arrays")]
+    metrics, _ = Evaluator(rollout, [SimpleNamespace(name="iris", family="arrays")], cfg, train_tasks=trained).run(0)
+    assert metrics["eval/train_prompts"] == pytest.approx(0.65) and metrics["eval/real_reward"] == pytest.approx(0.7)
+    assert metrics["eval/family/arrays"] == pytest.approx(0.7)  # training prompts are no held-out family
+    assert rollout.purposes == ["eval", "train_prompts"] and metrics["eval/executions"] == 6
+    plain, _ = Evaluator(FakeRollout(rewards), [SimpleNamespace(name="iris", family="arrays")], cfg).run(0)
+    assert "eval/train_prompts" not in plain

@@ -252,6 +252,8 @@ class EvalConfig:
     split: EvalSplit = opt(EvalSplit.test, "split scored in evaluation: test (hidden) | val")
     temperature: float = opt(1.0, "sampling temperature in evaluation")
     at_start: bool = opt(True, "also evaluate the warm-start policy before step 1")
+    train_prompts: int = opt(0, "completions per training task in each evaluation, on its test split (0: none): "
+                                "eval/train_prompts, the real reward on the prompts the policy trained on")
 
 
 @dataclass

@@ -4,7 +4,9 @@ test split. Its time is logged as `time/eval_s` and never counted as training co
 Besides the mean over every held-out task, each family of tasks (`TaskSpec.task_family`: arrays, tables,
 scripts, or the family a task file names) gets its own mean and 95 % interval, `eval/family/<name>`: a
 policy that learned what the training tasks reward shows it on families the training set lacks. How a family's
-programs end, as shares of its turns (`eval/status/<family>/<status>`), shows where two policies diverge."""
+programs end, as shares of its turns (`eval/status/<family>/<status>`), shows where two policies diverge. With
+`eval.train_prompts`, the training tasks' own hidden split is scored too (`eval/train_prompts`): what the policy
+learnt where it trained, against what it carried elsewhere."""
 from __future__ import annotations
 
 import math
@@ -38,9 +40,9 @@ class Evaluator:
     tasks of other kinds, evaluated in the same batch and reported per task and per family only."""
 
     def __init__(self, rollout: Rollout, eval_tasks: list, eval_cfg, samples_to_keep: int = 16,
-                 transfer_tasks: list = ()):
+                 transfer_tasks: list = (), train_tasks: list = ()):
         self.rollout, self.tasks, self.cfg, self.keep = rollout, list(eval_tasks), eval_cfg, samples_to_keep
-        self.transfer = list(transfer_tasks)
+        self.transfer, self.train = list(transfer_tasks), list(train_tasks)
 
     def run(self, step: int) -> tuple[dict, list[dict]]:
         """(metrics, sample trajectories as plain dicts) of one evaluation after `step` RL steps."""
@@ -50,6 +52,12 @@ class Evaluator:
         if self.transfer:  # its own stream: the suite's evaluation is the same with or without it
             batches.append(self.rollout.collect_eval(step, self.transfer, self.cfg.samples_per_task, self.cfg.split,
                                                      self.cfg.temperature, purpose="transfer"))
+        trained, executions = {}, 0.0
+        if self.train:  # the prompts it trained on, on their hidden split: its own stream
+            b = self.rollout.collect_eval(step, self.train, self.cfg.train_prompts, self.cfg.split,
+                                          self.cfg.temperature, purpose="train_prompts")
+            trained["eval/train_prompts"], trained["eval/train_prompts_ci95"] = stratified_mean_ci(_per_task(b))
+            executions = float(b.stats["cost/real_executions"])
         suite = {t.name for t in self.tasks}
         family_of = {t.name: t.family for t in self.tasks + self.transfer}
         per_task: dict[str, list[float]] = defaultdict(list)
@@ -72,7 +80,8 @@ class Evaluator:
             "eval/samples": float(sum(len(v) for t, v in per_task.items() if t in suite)),
             "eval/valid_rate": statuses.count("valid") / len(statuses) if statuses else math.nan,
             "eval/invalid_rate": 1 - statuses.count("valid") / len(statuses) if statuses else math.nan,
-            "eval/executions": float(sum(b.stats["cost/real_executions"] for b in batches)),
+            "eval/executions": executions + float(sum(b.stats["cost/real_executions"] for b in batches)),
+            **trained,
             **{f"eval/task/{t}": m for t, m in task_means.items()},
         }
         families: dict[str, dict[str, list[float]]] = defaultdict(dict)
@@ -85,3 +94,12 @@ class Evaluator:
             for status in sorted(set(seen)):
                 metrics[f"eval/status/{family}/{status}"] = seen.count(status) / len(seen)
         return metrics, [r.to_dict() for r in batch.records[: self.keep]]
+
+
+def _per_task(batch) -> dict[str, list[float]]:
+    """Each task's real rewards in an evaluation batch (its valid rows)."""
+    out: dict[str, list[float]] = defaultdict(list)
+    for i, rec in enumerate(batch.records):
+        if bool(batch.valid[i]):
+            out[rec.task].append(float(batch.real_reward[i]))
+    return out

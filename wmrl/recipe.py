@@ -165,7 +165,8 @@ def build(cfg: DictConfig, run_dir: Path, suite: "Suite", wrap_world_model: Call
     callbacks.append(cost)
     module.step = step_of(callbacks, update=module.update, handoff=handoff)  # the order is Step's, not this list's
     evaluation = EvaluationCallback(Evaluator(rollout, eval_tasks, cfg.eval, cfg.logger.samples_per_eval,
-                                              transfer_tasks=suite.transfer_tasks()), sync,
+                                              transfer_tasks=suite.transfer_tasks(),
+                                              train_tasks=suite.train_tasks() if cfg.eval.train_prompts else ()), sync,
                                     cfg.eval.every_n_steps, cfg.rl.steps, at_start=cfg.eval.at_start)
     return Parts(domain, policy, warm, world_model, debiaser, env, rollout, data, module,
                  [*callbacks, *([evaluation] if rank == 0 else [])], cost, evaluation)
