@@ -360,36 +360,34 @@ def status_shares(history: dict[str, dict[int, float]]) -> dict[str, dict[int, d
 
 
 def status_rows(runs: Sequence[dict], arms: Sequence[str]) -> list[dict]:
-    """Per family and arm: each status's share at the warm start, at the final evaluation and (training) over the
-    first and the last quarter of the steps, as t-intervals over seeds. Where a world-model policy's programs
-    diverge from a real-execution one's shows here first (issue 27: malformed programs on tables)."""
-    rows = []
+    """Per family and arm: each status's share at the warm start and at the final evaluation (training: over the
+    first and the last quarter of the steps), as t-intervals over seeds. Where a world-model policy's programs
+    diverge from a real-execution one's shows here first."""
     per_run = {id(r): status_shares(r["history"]) for r in runs if r.get("status") == "ok"}
-    families_ = sorted({f for s in per_run.values() for f in s}, key=lambda f: (f == TRAINING, f))
-    for family in families_:
+    rows = []
+    for family in sorted({f for s in per_run.values() for f in s}, key=lambda f: (f == TRAINING, f)):
         for arm in arms:
-            mine = [per_run[id(r)][family] for r in runs if r["arm"] == arm and id(r) in per_run and family in per_run[id(r)]]
+            mine = [per_run[id(r)][family] for r in runs
+                    if r["arm"] == arm and id(r) in per_run and family in per_run[id(r)]]
             if not mine:
                 continue
             statuses = sorted({s for by_step in mine for by in by_step.values() for s in by})
-
-            def at(pick) -> dict:
-                return {s: t_interval([pick(by_step, s) for by_step in mine]) for s in statuses}
-
-            if family == TRAINING:
-                def quarter(last: bool):
-                    def pick(by_step, s):
-                        steps = sorted(by_step)
-                        k = max(1, len(steps) // 4)
-                        chosen = steps[-k:] if last else steps[:k]
-                        return sum(by_step[t].get(s, 0.0) for t in chosen) / len(chosen)
-                    return pick
-                first, last = at(quarter(False)), at(quarter(True))
-            else:
-                first = at(lambda by_step, s: by_step[min(by_step)].get(s, 0.0) if min(by_step) == 0 else math.nan)
-                last = at(lambda by_step, s: by_step[max(by_step)].get(s, 0.0))
-            rows.append({"family": family, "arm": arm, "statuses": statuses, "first": first, "last": last})
+            ends = [_ends(by_step, family == TRAINING) for by_step in mine]
+            rows.append({"family": family, "arm": arm, "statuses": statuses,
+                         **{k: {s: t_interval([e[k].get(s, math.nan) for e in ends]) for s in statuses}
+                            for k in ("first", "last")}})
     return rows
+
+
+def _ends(by_step: dict[int, dict[str, float]], training: bool) -> dict[str, dict[str, float]]:
+    """{"first", "last"}: status shares at a run's warm-start and final evaluation (none without a step-0 one) or,
+    for training, averaged over the first and the last quarter of its steps."""
+    steps = sorted(by_step)
+    if training:
+        k = max(1, len(steps) // 4)
+        return {name: {s: sum(by_step[t].get(s, 0.0) for t in chosen) / len(chosen) for s in by_step[steps[0]]}
+                for name, chosen in (("first", steps[:k]), ("last", steps[-k:]))}
+    return {"first": by_step[0] if steps[0] == 0 else {}, "last": by_step[steps[-1]]}
 
 
 def proxy_curves(runs: Sequence[dict], arm: str) -> dict[str, dict[int, dict]]:
