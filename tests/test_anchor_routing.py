@@ -99,7 +99,7 @@ class _WorldModel:
 
         r = torch.tensor([0.1 + 0.05 * (self.seen + k) for k in range(len(queries))])
         self.seen += len(queries)
-        return SimpleNamespace(reward_mean=r, reward_var=torch.full_like(r, 0.01), malformed=None,
+        return SimpleNamespace(reward_mean=r, reward_var=torch.full_like(r, 0.01), malformed=None, prechecked=None,
                                outcome=lambda k: Outcome(queries[k].task, Status.VALID, reward=float(r[k])))
 
 
