@@ -32,10 +32,9 @@ class DebiasCallback(Callback):
 
     A WM reward the deterministic checks decided (`turn_wm_exact`: a syntax error, an empty or malformed
     program) is the real reward, not an estimate: unless `correct_decided`, it is neither a pair of the fit
-    nor corrected, and its variance is 0. Corrected, it took the map's value and scatter in its region
-    (issue 27: mapped toward the errors the network predicts, malformed programs were punished less, at
-    lower weight, than real execution punishes them). debias/decided_shift and debias/decided_var say what the map
-    does, or would do, to them (mean shift, mean variance over the step's decided turns).
+    nor corrected, and its variance is 0. Corrected, it took the map's value and scatter in its region, and as
+    pairs it made about half the fit and flattered its error (issue 27). debias/decided_shift and debias/decided_var
+    say what the map does, or would do, to them (mean shift, mean variance over the step's decided turns).
     """
 
     def __init__(self, debiaser: Debiaser, table_every: int = DebiasConfig.table_every,
@@ -48,8 +47,8 @@ class DebiasCallback(Callback):
         d = self.debiaser
         wm = batch.turn_wm_reward.detach().cpu().numpy()
         wm_var = batch.turn_wm_var.detach().cpu().numpy()
-        exact = (np.zeros(wm.shape, dtype=bool) if self.correct_decided
-                 else batch.turn_wm_exact.detach().cpu().numpy() & ~np.isnan(wm))
+        decided = batch.turn_wm_exact.detach().cpu().numpy() & ~np.isnan(wm)
+        exact = np.zeros_like(decided) if self.correct_decided else decided
         fitted = np.where(exact, np.nan, wm)  # the map learns and corrects the network's estimates only
         real = batch.turn_real_reward.detach().cpu().numpy()
         keys = self.turn_keys(batch)
@@ -76,7 +75,6 @@ class DebiasCallback(Callback):
 
         metrics = {"debias/pairs": float(d.pairs), "debias/bias_global": d.bias(),
                    "debias/strata": float(sum(fit.n > 0 for fit in d.strata.values()))}
-        decided = batch.turn_wm_exact.detach().cpu().numpy() & ~np.isnan(wm)
         if decided.any():  # what the map does (or, passed through, would do) to rewards that are exact
             would, would_var = correct_turns(d, np.where(decided, wm, np.nan), keys, wm_var)
             metrics["debias/decided_turns"] = float(decided.sum())

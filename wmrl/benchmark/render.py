@@ -69,7 +69,7 @@ def plot_programs(rows: Sequence[dict], report: dict, runs: Sequence[dict], path
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from wmrl.benchmark.stats import BASELINE, proxy_curves
+    from wmrl.benchmark.stats import BASELINE, TRAINING, proxy_curves
 
     families = list(dict.fromkeys(r["family"] for r in rows))
     wm_arms = [r["arm"] for r in report["rows"] if r["arm"] != BASELINE]
@@ -78,7 +78,7 @@ def plot_programs(rows: Sequence[dict], report: dict, runs: Sequence[dict], path
     colors = dict(zip(statuses, plt.get_cmap("tab10").colors))
     for ax, family in zip(axes[0], families):
         mine = [r for r in rows if r["family"] == family]
-        if family == "training":  # each arm's first and last quarter of the steps
+        if family == TRAINING:  # each arm's first and last quarter of the steps
             labels = [f"{r['arm']} {q} ¼" for r in mine for q in ("first", "last")]
             bars = [b for r in mine for b in (r["first"], r["last"])]
         else:  # one warm start for every arm
