@@ -163,6 +163,8 @@ class RLConfig:
     weight_decay: float = opt(0.0, "AdamW weight decay")
     grad_clip: float = opt(1.0, "gradient-norm clip")
     micro_batch_size: int = opt(32, "trajectories per forward/backward pass")
+    logprob_chunk_mb: float = opt(256.0, "log-probs and entropy through the output head a slice of positions at a "
+                                         "time, each slice's logits at most this many MB; 0 = full [B, T, V] logits")
 
 
 @dataclass

@@ -20,22 +20,18 @@ import torch
 
 from wmrl import distributed
 from wmrl.rollout import RolloutBatch, Source
-from wmrl.rl import group_advantages, policy_loss, token_entropy
+from wmrl.rl import group_advantages, policy_loss
+from wmrl.rl.logprobs import token_logprobs
 from wmrl.seeding import stream_seed
 from wmrl.step import Step
 from wmrl.tracking import log_metrics
 
 
-def sequence_logprobs(model, input_ids, attention_mask, temperature: float, with_entropy_mask=None):
-    """log π(token_t | tokens_<t) at every position t ≥ 1 (position 0 gets 0), aligned with input_ids."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits[:, :-1].float() / temperature
-    lp = torch.log_softmax(logits, dim=-1).gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-    lp = torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
-    entropy = None
-    if with_entropy_mask is not None:
-        with torch.no_grad():
-            entropy = token_entropy(logits.detach(), with_entropy_mask[:, 1:])
-    return lp, entropy
+def sequence_logprobs(model, input_ids, attention_mask, temperature: float, with_entropy_mask=None,
+                      chunk_mb: float = 256.0):
+    """log π(token_t | tokens_<t) at every position t ≥ 1 (position 0 gets 0), aligned with input_ids, and the
+    mean entropy over `with_entropy_mask`; through the output head a slice at a time (`wmrl.rl.logprobs`)."""
+    return token_logprobs(model, input_ids, attention_mask, temperature, with_entropy_mask, chunk_mb)
 
 
 class WMRLModule(L.LightningModule):
@@ -50,6 +46,7 @@ class WMRLModule(L.LightningModule):
         self.ref_policy = copy.deepcopy(policy).eval().requires_grad_(False) if rl.kl_beta > 0 else None
         self.automatic_optimization = False
         self.rl_step = 0  # RL steps trained (one per rollout batch, whatever the optimizer did)
+        self.tied_streak = 0  # the last steps in a row whose groups were all tied (the progress line warns)
         self.step = Step(update=self.update)  # the recipe gives it its other stages (`callbacks.step_of`)
 
     def configure_optimizers(self):
@@ -72,6 +69,8 @@ class WMRLModule(L.LightningModule):
     def training_step(self, batch: RolloutBatch, batch_idx: int):
         batch, metrics = self.step(batch)
         self.rl_step = batch.step + 1
+        tied = metrics.get("rl/groups") and metrics.get("rl/tied_groups") == metrics["rl/groups"]
+        self.tied_streak = self.tied_streak + 1 if tied else 0  # steps in a row that could teach nothing
         log_metrics(self.trainer.loggers, metrics, step=self.rl_step)
         self.log_dict({"reward": metrics["reward/train_mean"]}, prog_bar=True, logger=False, on_step=True,
                       batch_size=len(batch))
@@ -95,7 +94,8 @@ class WMRLModule(L.LightningModule):
         active = batch.valid & (adv != 0) if cfg.kl_beta == 0 else batch.valid
         rows = torch.nonzero(active).flatten()  # rows with A = 0 and no KL term add exactly 0: skip their compute
         opt = self.optimizers()
-        stats: dict[str, float] = {"rl/active_share": len(rows) / max(1, len(batch)), "rl/adv_abs_mean": float(adv.abs().mean())}
+        stats: dict[str, float] = {"rl/active_share": len(rows) / max(1, len(batch)), "rl/adv_abs_mean": float(adv.abs().mean()),
+                                   **_tied_groups(batch, adv)}
         if distributed.all_sum(len(rows)) == 0:
             return stats  # every group of every rank tied: nothing to learn from this batch
         for update in range(cfg.updates_per_batch):
@@ -121,11 +121,12 @@ class WMRLModule(L.LightningModule):
                 width = int(batch.attention_mask[chunk].sum(1).max())
                 ids, attn = batch.input_ids[chunk, :width], batch.attention_mask[chunk, :width]
                 mask = batch.loss_mask[chunk, :width]
-                lp, entropy = sequence_logprobs(self.policy, ids, attn, temperature, with_entropy_mask=mask)
+                lp, entropy = sequence_logprobs(self.policy, ids, attn, temperature, with_entropy_mask=mask,
+                                                chunk_mb=cfg.logprob_chunk_mb)
                 ref = None
                 if self.ref_policy is not None:
                     with torch.no_grad():
-                        ref, _ = sequence_logprobs(self.ref_policy, ids, attn, temperature)
+                        ref, _ = sequence_logprobs(self.ref_policy, ids, attn, temperature, chunk_mb=cfg.logprob_chunk_mb)
                 loss, s = policy_loss(lp, batch.old_logprobs[chunk, :width], adv[chunk], mask, batch.weight[chunk],
                                       cfg.clip_eps, cfg.loss, ref, cfg.kl_beta, self.max_completion_tokens)
                 share = len(chunk) / n_valid  # the loss is a mean over all valid trajectories
@@ -139,6 +140,17 @@ class WMRLModule(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self.rl_step = checkpoint["wmrl"]["rl_step"]
+
+
+def _tied_groups(batch: RolloutBatch, adv: torch.Tensor) -> dict[str, float]:
+    """`rl/tied_groups` of `rl/groups` (every rank's): groups none of whose valid rows has an advantage, so
+    they teach the policy nothing (every program got the same reward)."""
+    groups = torch.unique(batch.group_ids)
+    signal = torch.zeros(len(groups), dtype=torch.bool)
+    index = torch.searchsorted(groups, batch.group_ids)
+    signal.index_put_((index.cpu(),), (batch.valid & (adv != 0)).cpu(), accumulate=True)
+    return {"rl/tied_groups": float(distributed.all_sum(int((~signal).sum()))),
+            "rl/groups": float(distributed.all_sum(len(groups)))}
 
 
 def _means_over_ranks(columns: dict[str, torch.Tensor]) -> dict[str, float]:

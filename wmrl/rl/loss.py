@@ -90,6 +90,11 @@ def dr_grpo_normaliser(max_new_tokens: int, turns: int) -> int:
 
 def token_entropy(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean entropy (nats) of the next-token distribution [N, T, V] over masked positions [N, T]."""
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    entropy = -(logp.exp() * logp).sum(-1)
+    entropy = next_token_entropy(logits)
     return _masked_mean(entropy, mask.to(entropy.dtype))
+
+
+def next_token_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy (nats) of each position's next-token distribution: [..., V] -> [...]."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return -(logp.exp() * logp).sum(-1)

@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader
 from wmrl.domains.research.outcome import Outcome, Status, render_observation
 from wmrl.domains.research import grammar
 from wmrl.domains.research.tasks.task import render_prompt
+from wmrl.rl.logprobs import token_logprobs
 
 _BROKEN_STATUS = {"syntax": Status.SYNTAX_ERROR, "no_build": Status.MALFORMED, "bad_param": Status.RUNTIME_ERROR,
                   "returns_none": Status.NO_VALID_OUTPUT, "no_submission": Status.NO_VALID_OUTPUT,
@@ -106,10 +107,9 @@ class SFTModule(L.LightningModule):
 
     def training_step(self, batch, batch_idx):
         ids, attn, mask = batch
-        logits = self.policy(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1]
-        nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none")
-        m = mask[:, 1:].reshape(-1)
-        loss = (nll * m).sum() / m.sum().clamp_min(1)
+        lp, _ = token_logprobs(self.policy, ids, attn, 1.0)  # never the full [B, T, V] logits
+        m = mask[:, 1:]
+        loss = -(lp[:, 1:] * m).sum() / m.sum().clamp_min(1)
         self.log("sft/loss", loss, prog_bar=True)
         return loss
 
