@@ -24,6 +24,9 @@ def arms(cfg) -> str:
             f"({env.anchor_selection}, rate {rate}){' + guard' if env.guard else ''}")
 
 
+TIED_WARN = 2  # steps in a row with every group tied before the progress line warns
+
+
 class StepProgressBar(TQDMProgressBar):
     """Lightning's tqdm bar, counting RL steps. Reads the step's numbers from the parts that own them:
     the training reward the module puts on the bar, `cost.totals`, `evaluation.metrics`.
@@ -74,6 +77,9 @@ class StepProgressBar(TQDMProgressBar):
         out["real execs"] = f"{self.cost.totals['cost/real_executions']:.0f}"
         if pl_module.rl_step:
             out["s/step"] = f"{self.cost.totals['cost/train_s'] / pl_module.rl_step:.1f}"
+        if getattr(pl_module, "tied_streak", 0) >= TIED_WARN:
+            out["WARNING"] = (f"no learning signal for {pl_module.tied_streak} steps: every group's rewards tied, "
+                              "nothing to update (see train/status/*)")
         return out
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:

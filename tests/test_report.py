@@ -62,6 +62,21 @@ def test_summary_adds_up_the_logged_cost_and_estimates_the_sandbox_only_run():
     assert "20 vs ≤32" in text
 
 
+def test_summary_says_when_every_group_was_tied_and_what_the_programs_did():
+    """A run whose programs all fail alike has no advantage anywhere: the summary must not read as normal."""
+    tied = {**HISTORY, "rl/tied_groups": {1: 2.0, 2: 2.0}, "rl/groups": {1: 2.0, 2: 2.0},
+            "train/status/malformed": {1: 16.0, 2: 15.0}, "train/status/syntax_error": {2: 1.0}}
+    s = summary.summarize(_run(tied))
+    assert s["signal"] == {"tied_groups": 4.0, "groups": 4.0, "tied_steps": 2, "top_status": "malformed",
+                           "top_status_share": pytest.approx(31 / 32)}
+    text = summary.render(s)
+    assert "4/4 groups tied (no advantage), 2/2 steps with every group tied" in text
+    assert "NOTHING WAS LEARNT on those steps; most frequent outcome: malformed in 97% of turns" in text
+    learning = summary.summarize(_run({**tied, "rl/tied_groups": {1: 1.0, 2: 0.0}}))
+    assert learning["signal"]["tied_steps"] == 0 and "NOTHING" not in summary.render(learning)
+    assert "learning signal" not in summary.render(summary.summarize(_run()))  # nothing logged: no line
+
+
 def test_relative_sqlite_store_is_made_absolute_for_the_mlflow_ui_command(tmp_path):
     assert absolute_tracking_uri("sqlite:///ml.db", tmp_path) == f"sqlite:///{tmp_path.resolve()}/ml.db"
     assert absolute_tracking_uri("sqlite:////abs/ml.db", tmp_path) == "sqlite:////abs/ml.db"
@@ -135,6 +150,11 @@ def test_progress_line_shows_step_rewards_executions_and_seconds_per_step():
     bar.on_train_batch_end(trainer, SimpleNamespace(rl_step=2), None, None, 1)
     assert out.getvalue() == ("step 2/4 · train reward 0.500 · held-out 0.600 [0.55, 0.65] @2 · real execs 16 · "
                               "s/step 10.0\n")
+    out.truncate(0), out.seek(0)
+    bar.on_train_batch_end(trainer, SimpleNamespace(rl_step=3, tied_streak=1), None, None, 2)
+    assert "WARNING" not in out.getvalue()  # one tied step is noise
+    bar.on_train_batch_end(trainer, SimpleNamespace(rl_step=4, tied_streak=2), None, None, 3)
+    assert "WARNING no learning signal for 2 steps: every group's rewards tied" in out.getvalue()
     quiet = io.StringIO()
     StepProgressBar(4, {}, cost, evaluation, enabled=False, stream=quiet).on_train_batch_end(
         trainer, SimpleNamespace(rl_step=2), None, None, 1)

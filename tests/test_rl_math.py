@@ -227,3 +227,16 @@ def test_std_floor_keeps_near_tied_groups_small():
     floored = group_advantages(r, g, std_floor=0.1)
     assert floored[:4].abs().max() == pytest.approx(0.05, abs=1e-3)  # 0.005 / 0.1
     assert torch.allclose(floored[4:], plain[4:])  # a group whose std is above the floor is unchanged
+
+
+def test_tied_groups_counts_groups_without_any_advantage():
+    from types import SimpleNamespace
+
+    from wmrl.module import _tied_groups
+
+    # groups 3, 7, 9: group 7 tied, group 9's only non-zero advantage is on an invalid row
+    batch = SimpleNamespace(group_ids=torch.tensor([3, 3, 7, 7, 9, 9]),
+                            valid=torch.tensor([True, True, True, True, True, False]))
+    adv = torch.tensor([0.5, -0.5, 0.0, 0.0, 0.0, 1.0])
+    assert _tied_groups(batch, adv) == {"rl/tied_groups": 2.0, "rl/groups": 3.0}
+    assert _tied_groups(batch, torch.ones(6)) == {"rl/tied_groups": 0.0, "rl/groups": 3.0}

@@ -57,6 +57,14 @@ def summarize(run: RunData, checkpoint: str | None = None) -> dict:
         return {end: {"step": st, "reward": series[st], "ci95": ci.get(st)}
                 for end, st in (("start", min(series)), ("end", max(series)))} if series else {}
 
+    tied, groups = run.series("rl/tied_groups"), run.series("rl/groups")
+    statuses = {k[len("train/status/"):]: _total(run, k) for k in run.history if k.startswith("train/status/")}
+    turns = sum(statuses.values())
+    top = max(statuses, key=statuses.get) if turns else None
+    signal = {"tied_groups": sum(tied.values()), "groups": sum(groups.values()),
+              "tied_steps": sum(1 for st, n in groups.items() if n and tied.get(st) == n),
+              "top_status": top, "top_status_share": statuses[top] / turns if top else None}
+
     names = sorted({k[len("eval/family/"):] for k in run.history if k.startswith("eval/family/")
                     and not k.endswith("_ci95")})
     return {
@@ -68,6 +76,7 @@ def summarize(run: RunData, checkpoint: str | None = None) -> dict:
         "train_cost_s": cost, "cost_split_s": split,
         "real_executions": real, "sandbox_slot_s": run.last("cost/sandbox_slot_s") or 0.0,
         "per_execution_s": per_exec_s, "sandbox_only_executions": sandbox_execs, "sandbox_only_cost_s": sandbox_cost,
+        "signal": signal,
         "fidelity": {k: _mean(run.series(k).values()) for k in FIDELITY},
         "fidelity_last": {k: run.last(k) for k in FIDELITY},
         "checkpoint": checkpoint, "mlflow_ui": f"mlflow ui --backend-store-uri {run.tracking_uri}",
@@ -108,6 +117,14 @@ def render(s: dict) -> str:
                      f"for sandbox-only over the same steps ({s['real_executions'] / s['sandbox_only_executions']:.0%}){est}")
     else:
         lines.append(f"real executions   {s['real_executions']:.0f}, {s['sandbox_slot_s']:.1f} sandbox slot-s")
+    sig = s.get("signal") or {}
+    if sig.get("groups"):
+        line = (f"learning signal   {sig['tied_groups']:.0f}/{sig['groups']:.0f} groups tied (no advantage), "
+                f"{sig['tied_steps']}/{s['steps']} steps with every group tied")
+        if sig["tied_steps"] and sig["top_status"]:
+            line += (f"  — NOTHING WAS LEARNT on those steps; most frequent outcome: {sig['top_status']} "
+                     f"in {sig['top_status_share']:.0%} of turns")
+        lines.append(line)
     fid = s["fidelity"]
     if any(v is not None for v in fid.values()):
         lines.append(f"world model       on anchors, mean over steps: Spearman {_f(fid['wm/spearman'])}, "
