@@ -82,3 +82,25 @@ def test_any_slice_size_gives_the_same_answer(chunk_mb):
         b, eb = token_logprobs(model, ids, attn, 1.0, mask, chunk_mb=chunk_mb)
     torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
     torch.testing.assert_close(ea, eb, atol=1e-5, rtol=0)
+
+
+def test_the_head_runs_at_the_loss_positions_only_and_they_equal_the_full_path():
+    model = _qwen()
+    ids, attn, mask = _batch(3000)
+    full_lp, full_ent, full_g = _run(model, ids, attn, mask, chunk_mb=0)
+    model.zero_grad(set_to_none=True)
+    with torch.no_grad():
+        token_logprobs(model, ids[:, :4], attn[:, :4], 1.0)  # the one-off head check runs before the count
+    calls = []
+    hook = model.get_output_embeddings().register_forward_hook(lambda m, i, o: calls.append(i[0].shape[0]))
+    lp, ent = token_logprobs(model, ids, attn, 0.7, mask, chunk_mb=0.2, positions=mask > 0)
+    hook.remove()
+    (lp * mask).sum().backward()
+    picked = int((mask[:, 1:] > 0).sum())
+    assert picked < ids.numel() - ids.shape[0]  # fewer than all target positions
+    assert sum(calls) == 2 * picked  # each picked position once for log-probs, once for the entropy
+    torch.testing.assert_close(lp * mask, full_lp * mask, atol=1e-5, rtol=0)
+    assert (lp[mask == 0] == 0).all()
+    torch.testing.assert_close(ent, full_ent, atol=1e-5, rtol=0)
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, full_g[name], atol=1e-5, rtol=1e-4)

@@ -33,13 +33,14 @@ def test_train_runs_a_local_checkpoint_end_to_end(tmp_path, session_cache):
     checkpointing; Lightning's eval-mode warning does not appear."""
     make_checkpoint(tmp_path / "ckpt")
     r = subprocess.run([sys.executable, str(ROOT / "train.py"), "experiment=smoke", f"policy.model={tmp_path}/ckpt",
-                        "policy.sft_examples=16", "policy.sft_epochs=1", "policy.lora_rank=4",
-                        "policy.gradient_checkpointing=true", "rl.steps=2", "eval.at_start=false",
+                        "policy.checkpoint.sft_examples=16", "policy.checkpoint.sft_epochs=1", "policy.checkpoint.lora_rank=4",
+                        "policy.checkpoint.dtype=float32", "policy.checkpoint.sft_check_prompts=2", "rl.steps=2", "eval.at_start=false",
                         "generation.max_new_tokens=24", f"run_dir={tmp_path}/runs", f"logger.tracking_uri=sqlite:///{tmp_path}/ml.db",
                         f"task.cache_dir={session_cache}", "trainer.progress_bar=false"],
                        cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "warm start: fine-tuning on 16 demonstrations" in r.stdout
+    assert "warm start: before: " in r.stdout and "warm start: after epoch 1: " in r.stdout  # the format check ran
     assert "in eval mode" not in r.stdout + r.stderr
     run_dir = next((tmp_path / "runs").iterdir())
     log = read_log(run_dir / "executions.sqlite")

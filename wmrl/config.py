@@ -52,6 +52,7 @@ Isolation = _choice("Isolation", "auto bwrap unshare none")
 Cgroups = _choice("Cgroups", "auto require off")
 PolicyArch = _choice("PolicyArch", "qwen2 llama")
 LMBackend = _choice("LMBackend", "hf vllm")
+PolicyDtype = _choice("PolicyDtype", "auto float32 bfloat16")
 Loss = _choice("Loss", "grpo dr_grpo")
 ScaleRewards = _choice("ScaleRewards", "group batch none")
 EnvMode = _choice("EnvMode", "sandbox wm")
@@ -110,6 +111,19 @@ class SandboxConfig:
 
 
 @dataclass
+class CheckpointPolicyConfig:
+    lora_rank: int = opt(16, "LoRA rank (0 = every weight trains; 0 with generation.backend=vllm)")
+    gradient_checkpointing: bool = opt(True, "recompute activations in backward")
+    dtype: PolicyDtype = opt(PolicyDtype.auto, "auto (bfloat16 where the device has bf16 matmuls, else float32) | float32 | bfloat16")
+    sft_examples: int = opt(64, "warm start: demonstrations in the checkpoint's own chat template")
+    sft_epochs: int = opt(4, "warm start: most passes over them (it stops when the format-valid rate stops rising)")
+    sft_lr: float = opt(5e-4, "warm start: learning rate (of the adapters)")
+    sft_batch_size: int = opt(8, "warm start: batch size")
+    sft_check_prompts: int = opt(8, "warm start: first programs sampled before it and after each epoch (training "
+                                    "prompts) to stop once the share passing the pre-check stops rising; 0 = off")
+
+
+@dataclass
 class PolicyConfig:
     model: Optional[str] = opt(None, "Hugging Face id or local path; null = tiny model built from config")
     arch: PolicyArch = opt(PolicyArch.qwen2, "architecture of the built-in policy: qwen2 | llama")
@@ -126,12 +140,16 @@ class PolicyConfig:
     sft_lr: float = opt(2e-3, "warm start: learning rate")
     sft_batch_size: int = opt(16, "warm start: batch size")
     sft_invalid_rate: float = opt(0.2, "warm start: share of demonstrations with broken programs")
+    sft_check_prompts: int = opt(0, "warm start: prompts of the format check (see policy.checkpoint; 0 = off)")
     sft_prompt_mix: float = opt(0.5, "warm start: share of demonstrations whose prompt context comes from another task")
     lora_rank: int = opt(0, "rank of LoRA adapters (peft) trained instead of every weight; 0 = full fine-tuning")
     lora_alpha: float = opt(16.0, "LoRA scaling numerator (update scaled by alpha / rank)")
     lora_dropout: float = opt(0.0, "LoRA dropout (0 keeps the sampled and the trained policy the same function)")
     lora_targets: List[str] = opt(["q_proj", "k_proj", "v_proj", "o_proj"], "module names LoRA adapts (Qwen2/Llama naming)")
     gradient_checkpointing: bool = opt(False, "recompute activations in backward: less memory, ~30% more time")
+    dtype: PolicyDtype = opt(PolicyDtype.float32, "weights' dtype: auto (bfloat16 where the device has bf16 matmuls) | float32 | bfloat16")
+    checkpoint: CheckpointPolicyConfig = opt(CheckpointPolicyConfig(), "with policy.model set, these replace the "
+                                             "fields of the same names above (which size the built-in policy)")
 
 
 @dataclass
@@ -441,9 +459,10 @@ def _check_choices(cfg: DictConfig) -> None:
         raise ConfigError("world_model.kind=prompted needs a checkpoint: world_model.model=PATH (or policy.model=PATH)")
     if cfg.world_model.quality_buckets < 2:
         raise ConfigError(f"world_model.quality_buckets must be >= 2; got {cfg.world_model.quality_buckets}")
-    if cfg.policy.lora_rank > 0 and cfg.generation.backend == "vllm":
+    if effective_policy(cfg.policy).lora_rank > 0 and cfg.generation.backend == "vllm":
         # the engine loads plain weights; adapters would need merging before every sync
-        raise ConfigError("policy.lora_rank > 0 is not supported with generation.backend=vllm yet")
+        key = "policy.checkpoint.lora_rank" if cfg.policy.model else "policy.lora_rank"
+        raise ConfigError(f"{key} > 0 is not supported with generation.backend=vllm yet; set {key}=0")
     for key in ("rollout.groups_per_step", "rollout.group_size", "rollout.turns", "rl.steps", "rl.updates_per_batch",
                 "env.anchor_lag", "env.guard_min_pairs", "env.adaptive_min_pairs"):
         if OmegaConf.select(cfg, key) < 1:
@@ -454,6 +473,14 @@ def _check_choices(cfg: DictConfig) -> None:
     if cfg.rollout.groups_per_step % world:
         raise ConfigError(f"rollout.groups_per_step ({cfg.rollout.groups_per_step}) must be a multiple of the {world} "
                           f"DDP processes (trainer.devices): each rank rolls out an equal share of a step's groups")
+
+
+def effective_policy(policy: DictConfig) -> DictConfig:
+    """`policy` as it trains: with a checkpoint (`policy.model`), `policy.checkpoint.*` in place of the fields of the
+    same names (the top-level ones size and warm-start the small built-in policy)."""
+    if not policy.model:
+        return policy
+    return OmegaConf.merge(policy, OmegaConf.to_container(policy.checkpoint))
 
 
 def defaults_yaml(schema: type = Config, indent: int = 0) -> str:

@@ -28,10 +28,11 @@ from wmrl.tracking import log_metrics
 
 
 def sequence_logprobs(model, input_ids, attention_mask, temperature: float, with_entropy_mask=None,
-                      chunk_mb: float = 256.0):
+                      chunk_mb: float = 256.0, positions=None):
     """log π(token_t | tokens_<t) at every position t ≥ 1 (position 0 gets 0), aligned with input_ids, and the
-    mean entropy over `with_entropy_mask`; through the output head a slice at a time (`wmrl.rl.logprobs`)."""
-    return token_logprobs(model, input_ids, attention_mask, temperature, with_entropy_mask, chunk_mb)
+    mean entropy over `with_entropy_mask`; through the output head a slice at a time, at `positions` only
+    (`wmrl.rl.logprobs`)."""
+    return token_logprobs(model, input_ids, attention_mask, temperature, with_entropy_mask, chunk_mb, positions)
 
 
 class WMRLModule(L.LightningModule):
@@ -122,11 +123,12 @@ class WMRLModule(L.LightningModule):
                 ids, attn = batch.input_ids[chunk, :width], batch.attention_mask[chunk, :width]
                 mask = batch.loss_mask[chunk, :width]
                 lp, entropy = sequence_logprobs(self.policy, ids, attn, temperature, with_entropy_mask=mask,
-                                                chunk_mb=cfg.logprob_chunk_mb)
+                                                chunk_mb=cfg.logprob_chunk_mb, positions=mask > 0)
                 ref = None
                 if self.ref_policy is not None:
                     with torch.no_grad():
-                        ref, _ = sequence_logprobs(self.ref_policy, ids, attn, temperature, chunk_mb=cfg.logprob_chunk_mb)
+                        ref, _ = sequence_logprobs(self.ref_policy, ids, attn, temperature, chunk_mb=cfg.logprob_chunk_mb,
+                                                   positions=mask > 0)
                 loss, s = policy_loss(lp, batch.old_logprobs[chunk, :width], adv[chunk], mask, batch.weight[chunk],
                                       cfg.clip_eps, cfg.loss, ref, cfg.kl_beta, self.max_completion_tokens)
                 share = len(chunk) / n_valid  # the loss is a mean over all valid trajectories

@@ -20,6 +20,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from wmrl import distributed, stop
+from wmrl.config import effective_policy
 
 if TYPE_CHECKING:
     from lightning.pytorch import Callback
@@ -45,24 +46,26 @@ def build_policy_and_tokenizer(cfg: DictConfig, domain: "Domain", cache_dir: Pat
     """The policy before RL: a checkpoint (`policy.model`) or one built from config with a tokenizer trained on the
     domain's texts, then the domain's warm start (`policy.warm_start`)."""
     from wmrl.policy.chat import ChatFormat
-    from wmrl.policy.model import build_policy, checkpoint_fingerprint, load_pretrained, prepare_for_training
+    from wmrl.policy.model import build_policy, checkpoint_fingerprint, load_pretrained, prepare_for_training, resolve_dtype
     from wmrl.policy.tokenizer import cached_tokenizer
 
     seed = policy_seed(cfg)
+    pcfg = effective_policy(cfg.policy)  # a checkpoint trains with policy.checkpoint.*
+    dtype = resolve_dtype(pcfg.dtype)
     if cfg.policy.model:
-        policy, tok = load_pretrained(cfg.policy.model)
+        policy, tok = load_pretrained(cfg.policy.model, dtype)
         key_tok = checkpoint_fingerprint(cfg.policy.model)
     else:
         tok = cached_tokenizer(domain.tokenizer_corpus(seed), cfg.policy.vocab_size, cache_dir)
         torch.manual_seed(seed)
-        policy = build_policy(cfg.policy, len(tok), tok.pad_token_id, tok.eos_token_id)
+        policy = build_policy(cfg.policy, len(tok), tok.pad_token_id, tok.eos_token_id).to(dtype)
         key_tok = json.dumps(tok.get_vocab(), sort_keys=True)[:100000]
-    policy = prepare_for_training(policy, cfg.policy)
+    policy = prepare_for_training(policy, pcfg)
     chat = ChatFormat(tok)
     info = {"warm_start": False}
     if cfg.policy.warm_start:
         torch.manual_seed(seed)
-        info = domain.warm_start(policy, chat, cfg.policy, cfg.rollout.turns, seed, key_tok, progress)
+        info = domain.warm_start(policy, chat, pcfg, cfg.rollout.turns, seed, key_tok, progress)
     return policy, tok, chat, info
 
 

@@ -23,14 +23,27 @@ def build_policy(cfg, vocab_size: int, pad_id: int, eos_id: int) -> torch.nn.Mod
     return model
 
 
-def load_pretrained(name_or_path: str):
+def resolve_dtype(name: str) -> torch.dtype:
+    """`policy.dtype`: auto = bfloat16 where matmuls have bf16 units (a CUDA GPU that supports it; a CPU with
+    AVX512-BF16 or AMX, where they run ~10x float32's speed), else float32."""
+    if name == "float32":
+        return torch.float32
+    if name == "bfloat16":
+        return torch.bfloat16
+    if torch.cuda.is_available():
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
+    fast = getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)() or getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
+    return torch.bfloat16 if fast else torch.float32
+
+
+def load_pretrained(name_or_path: str, dtype: torch.dtype = torch.float32):
     """A Hugging Face checkpoint with its own tokenizer and chat template (local files only)."""
     tok = AutoTokenizer.from_pretrained(name_or_path)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     if tok.chat_template is None:
         raise ValueError(f"{name_or_path}: tokenizer has no chat template; wmrl needs one for multi-turn prompts")
-    model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype)
     model.generation_config.pad_token_id = tok.pad_token_id
     # from_pretrained returns the model in eval mode; it is trained, so train mode on purpose (Lightning warns
     # "Found N module(s) in eval mode at the start of training" otherwise). Generation switches to eval itself.

@@ -107,7 +107,7 @@ class SFTModule(L.LightningModule):
 
     def training_step(self, batch, batch_idx):
         ids, attn, mask = batch
-        lp, _ = token_logprobs(self.policy, ids, attn, 1.0)  # never the full [B, T, V] logits
+        lp, _ = token_logprobs(self.policy, ids, attn, 1.0, positions=mask > 0)  # the programs' tokens only
         m = mask[:, 1:]
         loss = -(lp[:, 1:] * m).sum() / m.sum().clamp_min(1)
         self.log("sft/loss", loss, prog_bar=True)
@@ -122,7 +122,8 @@ class SFTModule(L.LightningModule):
 
 
 def warm_start_key(policy_cfg, tokenizer_files: str, tasks: list, turns: int, seed: int) -> str:
-    fields = {k: policy_cfg[k] for k in policy_cfg if k != "seed"}  # the seed that counts is the argument
+    # the seed that counts is the argument; `checkpoint` is merged in already where it applies
+    fields = {k: policy_cfg[k] for k in policy_cfg if k not in ("seed", "checkpoint")}
     blob = json.dumps([fields, tokenizer_files, sorted(t.prompt() for t in tasks), turns, seed,
                        inspect.getsource(grammar), inspect.getsource(demonstrations),
                        inspect.getsource(mixed_prompt)], sort_keys=True, default=str)
@@ -148,15 +149,64 @@ def warm_start(policy, chat, tasks: list, policy_cfg, turns: int, seed: int, cac
     t0 = time.perf_counter()
     print(f"warm start: fine-tuning on {len(rows)} demonstrations, {policy_cfg.sft_epochs} epochs of {len(loader)} "
           f"batches (once; cached in {path.parent})", flush=True)
-    epoch_lines = L.pytorch.callbacks.LambdaCallback(on_train_epoch_end=lambda tr, _: print(
-        f"warm start: epoch {tr.current_epoch + 1}/{tr.max_epochs} loss {float(tr.callback_metrics.get('sft/loss', float('nan'))):.3f} "
-        f"({time.perf_counter() - t0:.0f}s)", flush=True))
+    quarter = max(1, len(loader) // 4)
+
+    def batch_line(tr, *_):  # a log file sees progress within an epoch too, four lines of it
+        done = tr.global_step - tr.current_epoch * len(loader)
+        if done % quarter == 0 and done < len(loader):
+            print(f"warm start: epoch {tr.current_epoch + 1} batch {done}/{len(loader)} ({time.perf_counter() - t0:.0f}s)",
+                  flush=True)
+
+    epoch_lines = L.pytorch.callbacks.LambdaCallback(
+        on_train_batch_end=batch_line,
+        on_train_epoch_end=lambda tr, _: print(
+            f"warm start: epoch {tr.current_epoch + 1}/{tr.max_epochs} loss {float(tr.callback_metrics.get('sft/loss', float('nan'))):.3f} "
+            f"({time.perf_counter() - t0:.0f}s)", flush=True))
+    check = FormatCheck(chat, tasks, policy_cfg.sft_check_prompts, seed) if policy_cfg.sft_check_prompts > 0 else None
     trainer = L.Trainer(max_epochs=policy_cfg.sft_epochs, logger=False, enable_checkpointing=False, accelerator="auto",
                         devices=1, enable_progress_bar=bar, enable_model_summary=False, gradient_clip_val=1.0,
-                        callbacks=[] if bar else [epoch_lines])
+                        callbacks=([] if bar else [epoch_lines]) + ([check] if check else []))
     trainer.fit(module, loader)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     torch.save(policy.state_dict(), tmp)
     tmp.replace(path)  # atomic: a killed warm start never leaves a half-written cache entry
-    return {"cached": False, "path": str(path), "loss": float(trainer.callback_metrics.get("sft/loss", float("nan")))}
+    return {"cached": False, "path": str(path), "loss": float(trainer.callback_metrics.get("sft/loss", float("nan"))),
+            **({"format_rates": check.rates, "epochs": trainer.current_epoch} if check else {})}
+
+
+class FormatCheck(L.Callback):
+    """Before the warm start and after each epoch: the share of first programs, one per training prompt, that the
+    deterministic pre-check accepts (a `def build()` Python can parse; a script that writes the submission).
+    Training stops once that share stops rising: a pretrained model already writes Python and needs the format,
+    not the grammar corpus by heart. Training prompts only: nothing held out steers the warm start."""
+
+    def __init__(self, chat, tasks: list, n: int, seed: int, max_new_tokens: int = 160):
+        self.chat, self.seed, self.max_new_tokens = chat, seed, max_new_tokens
+        self.tasks = [tasks[i % len(tasks)] for i in range(n)]
+        self.rates: list[float] = []
+
+    def rate(self, policy) -> float:
+        from wmrl.domains.research.sandbox.program import extract_program, precheck
+        from wmrl.generation.hf import HFGenerator
+
+        gen = HFGenerator(policy, self.chat.tok, self.chat.eos_ids)
+        prompts = [self.chat.prompt_ids(t.prompt()) for t in self.tasks]
+        out = gen.generate(prompts, temperature=1.0, top_p=1.0, max_new_tokens=self.max_new_tokens, seed=self.seed)
+        ok = [precheck(extract_program(self.chat.tok.decode(c.token_ids, skip_special_tokens=True)), t.interface)[0] is None
+              for c, t in zip(out, self.tasks)]
+        return sum(ok) / len(ok)
+
+    def _record(self, trainer, policy, when: str) -> None:
+        self.rates.append(self.rate(policy))
+        print(f"warm start: {when}: {self.rates[-1]:.0%} of first programs pass the pre-check "
+              f"({len(self.tasks)} training prompts)", flush=True)
+        if len(self.rates) >= 3 and self.rates[-1] <= max(self.rates[:-1]):
+            print("warm start: the pre-check rate stopped rising; stopping", flush=True)
+            trainer.should_stop = True
+
+    def on_train_start(self, trainer, module) -> None:
+        self._record(trainer, module.policy, "before")
+
+    def on_train_epoch_end(self, trainer, module) -> None:
+        self._record(trainer, module.policy, f"after epoch {trainer.current_epoch + 1}")
