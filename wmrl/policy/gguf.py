@@ -24,8 +24,9 @@ CHATML_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['co
 def package_gguf(package: str) -> Path:
     """The GGUF file a package ships: what its `assemble()` returns (chunked packages), else its one .gguf."""
     mod = importlib.import_module(package)
-    if hasattr(mod, "assemble"):
-        return Path(mod.assemble())
+    assemble = getattr(mod, "assemble", None)
+    if assemble is not None:
+        return Path(assemble())
     found = sorted(Path(mod.__file__).parent.rglob("*.gguf"))
     if not found:
         raise FileNotFoundError(f"package {package!r} has no assemble() and ships no .gguf file")
@@ -49,7 +50,7 @@ def convert(gguf: Path, out: Path) -> dict:
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     # de-quantized already: the folder is a plain float checkpoint, not a quantized one
     model.hf_quantizer, model.is_quantized = None, False
-    if hasattr(model.config, "quantization_config"):
+    if getattr(model.config, "quantization_config", None) is not None:
         del model.config.quantization_config
     added = tok.chat_template is None
     if added:
