@@ -95,3 +95,20 @@ def test_lora_trains_only_adapters_and_gradient_checkpointing_keeps_the_gradient
     for name, g in grads[0].items():
         torch.testing.assert_close(grads[1][name], g)
     assert any(float(g.abs().sum()) > 0 for g in grads[0].values())
+
+
+def test_the_format_check_stops_the_warm_start_once_its_rate_stops_rising():
+    from types import SimpleNamespace
+
+    from wmrl.domains.research.warmstart import FormatCheck
+
+    check = FormatCheck(chat=None, tasks=[SimpleNamespace(name="t")], n=2, seed=0)
+    rates = iter([0.0, 0.5, 1.0, 1.0])
+    check.rate = lambda policy: next(rates)  # stands in for sampling and pre-checking programs
+    trainer = SimpleNamespace(should_stop=False)
+    for when in ("before", "after epoch 1", "after epoch 2"):
+        check._record(trainer, None, when)
+        assert not trainer.should_stop  # still rising
+    check._record(trainer, None, "after epoch 3")
+    assert trainer.should_stop and check.rates == [0.0, 0.5, 1.0, 1.0]
+    assert len(check.tasks) == 2  # n prompts, cycling over the training tasks
