@@ -84,23 +84,39 @@ def test_any_slice_size_gives_the_same_answer(chunk_mb):
     torch.testing.assert_close(ea, eb, atol=1e-5, rtol=0)
 
 
-def test_the_head_runs_at_the_loss_positions_only_and_they_equal_the_full_path():
+def test_the_head_runs_at_the_loss_positions_only_and_they_equal_the_full_path(monkeypatch):
+    import wmrl.rl.logprobs as lp_mod
+
     model = _qwen()
     ids, attn, mask = _batch(3000)
     full_lp, full_ent, full_g = _run(model, ids, attn, mask, chunk_mb=0)
     model.zero_grad(set_to_none=True)
     with torch.no_grad():
         token_logprobs(model, ids[:, :4], attn[:, :4], 1.0)  # the one-off head check runs before the count
-    calls = []
-    hook = model.get_output_embeddings().register_forward_hook(lambda m, i, o: calls.append(i[0].shape[0]))
+    rows, real = [], lp_mod._logits
+    monkeypatch.setattr(lp_mod, "_logits", lambda h, *a: rows.append(h.shape[0]) or real(h, *a))
     lp, ent = token_logprobs(model, ids, attn, 0.7, mask, chunk_mb=0.2, positions=mask > 0)
-    hook.remove()
-    (lp * mask).sum().backward()
     picked = int((mask[:, 1:] > 0).sum())
     assert picked < ids.numel() - ids.shape[0]  # fewer than all target positions
-    assert sum(calls) == 2 * picked  # each picked position once for log-probs, once for the entropy
+    assert sum(rows) == picked and len(rows) > 1  # once per picked position, log-probs and entropy together
+    (lp * mask).sum().backward()
+    assert sum(rows) == 2 * picked  # and once more in backward (the logits were not kept)
     torch.testing.assert_close(lp * mask, full_lp * mask, atol=1e-5, rtol=0)
     assert (lp[mask == 0] == 0).all()
     torch.testing.assert_close(ent, full_ent, atol=1e-5, rtol=0)
     for name, p in model.named_parameters():
         torch.testing.assert_close(p.grad, full_g[name], atol=1e-5, rtol=1e-4)
+
+
+def test_backward_keeps_hidden_states_and_log_sum_exp_not_logits():
+    """What autograd saves is O(positions x hidden) for the head, never a [positions, vocab] tensor."""
+    model = _qwen(vocab=3000)
+    ids, attn, mask = _batch(3000)
+    with torch.no_grad():
+        token_logprobs(model, ids[:, :4], attn[:, :4], 1.0)  # the one-off head check, outside the count
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(tuple(t.shape)) or t, lambda t: t):
+        lp, _ = token_logprobs(model, ids, attn, 0.7, mask, chunk_mb=0.2, positions=mask > 0)
+    assert saved and all(3000 not in shape[1:] for shape in saved)  # the weight [V, H] only, no [*, V] logits
+    (lp * mask).sum().backward()
+    assert model.get_output_embeddings().weight.grad.abs().sum() > 0
