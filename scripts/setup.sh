@@ -19,4 +19,4 @@ if ! $PY -c "import torch" >/dev/null 2>&1; then
     $PY -m pip install -q torch==2.13.0
   fi
 fi
-$PY -m pip install -q -e ".[dev]"
+$PY -m pip install -q -e ".[${WMRL_EXTRAS:-dev}]"  # WMRL_EXTRAS=dev,test-checkpoint: also the real test checkpoint

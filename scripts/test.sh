@@ -4,7 +4,7 @@
 # agent text with their catalog of the installed libraries, must work there too).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+WMRL_EXTRAS=dev,test-checkpoint bash scripts/setup.sh  # system-wide: with the real checkpoint of the slow test
 export MLFLOW_DISABLE_TELEMETRY=true
 python3 -m pytest -q tests
 VENV="$(mktemp -d /tmp/wmrl-ci-venv.XXXXXX)"

@@ -112,3 +112,27 @@ def test_the_format_check_stops_the_warm_start_once_its_rate_stops_rising():
     check._record(trainer, None, "after epoch 3")
     assert trainer.should_stop and check.rates == [0.0, 0.5, 1.0, 1.0]
     assert len(check.tasks) == 2  # n prompts, cycling over the training tasks
+
+
+def test_a_checkpoint_reads_the_domains_system_turn_and_warm_starts_on_every_core(tmp_path, monkeypatch):
+    """The system turn shows the program interfaces (a capable model can answer zero-shot); the warm start runs
+    before anything else and gets the rank's every core, then the trainer's share is restored."""
+    from types import SimpleNamespace
+
+    from wmrl.config import load_config
+    from wmrl.domains.research.domain import SYSTEM
+    from wmrl.recipe import build_policy_and_tokenizer
+
+    make_checkpoint(tmp_path / "ckpt")
+    seen = {}
+    domain = SimpleNamespace(system=SYSTEM, warm_start=lambda *a: seen.update(threads=torch.get_num_threads()) or {})
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    torch.set_num_threads(1)  # the trainer's share on 2 cores
+    try:
+        cfg = load_config([f"policy.model={tmp_path}/ckpt", "policy.checkpoint.lora_rank=0"])
+        _, tok, chat, _ = build_policy_and_tokenizer(cfg, domain, tmp_path, progress=False)
+        assert seen["threads"] == 2 and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(2)
+    text = tok.decode(chat.prompt_ids("Task iris (classification)."))
+    assert "def build():" in text and "./input/" in text and text.index("def build():") < text.index("Task iris")

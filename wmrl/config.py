@@ -115,7 +115,7 @@ class CheckpointPolicyConfig:
     lora_rank: int = opt(16, "LoRA rank (0 = every weight trains; 0 with generation.backend=vllm)")
     gradient_checkpointing: bool = opt(True, "recompute activations in backward")
     dtype: PolicyDtype = opt(PolicyDtype.auto, "auto (bfloat16 where the device has bf16 matmuls, else float32) | float32 | bfloat16")
-    sft_examples: int = opt(64, "warm start: demonstrations in the checkpoint's own chat template")
+    sft_examples: int = opt(32, "warm start: demonstrations in the checkpoint's own chat template")
     sft_epochs: int = opt(4, "warm start: most passes over them (it stops when the format-valid rate stops rising)")
     sft_lr: float = opt(5e-4, "warm start: learning rate (of the adapters)")
     sft_batch_size: int = opt(8, "warm start: batch size")

@@ -74,6 +74,7 @@ class Domain(Protocol):
     suite: Suite
     world_model: WorldModel | None  # None: every turn is executed for real
     slots: int  # real executions the executor runs at once
+    system: str  # the system turn a checkpoint's chat template opens with: what a capable model needs to answer zero-shot
 
     # acting and judging
     def action(self, completion: str) -> str:

@@ -61,11 +61,18 @@ def build_policy_and_tokenizer(cfg: DictConfig, domain: "Domain", cache_dir: Pat
         policy = build_policy(cfg.policy, len(tok), tok.pad_token_id, tok.eos_token_id).to(dtype)
         key_tok = json.dumps(tok.get_vocab(), sort_keys=True)[:100000]
     policy = prepare_for_training(policy, pcfg)
-    chat = ChatFormat(tok)
+    chat = ChatFormat(tok, domain.system)
     info = {"warm_start": False}
     if cfg.policy.warm_start:
         torch.manual_seed(seed)
-        info = domain.warm_start(policy, chat, pcfg, cfg.rollout.turns, seed, key_tok, progress)
+        # nothing else runs yet: the warm start may use every core of its rank, not the trainer's share
+        # (1 thread of 2 made a real checkpoint's warm start 2x slower)
+        before, world = torch.get_num_threads(), distributed.world_size(cfg.trainer)
+        torch.set_num_threads(cfg.threads if cfg.threads > 0 else max(1, (os.cpu_count() or 1) // world))
+        try:
+            info = domain.warm_start(policy, chat, pcfg, cfg.rollout.turns, seed, key_tok, progress)
+        finally:
+            torch.set_num_threads(before)
     return policy, tok, chat, info
 
 

@@ -13,13 +13,14 @@ BUILTIN_TEMPLATE = (
     "{% else %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n<|assistant|>\n{% endif %}"
     "{% endfor %}"
 )
-SYSTEM = "You are a machine-learning research agent. Answer with one Python program."
+SYSTEM = "Answer the task."  # a domain names its own (`Domain.system`)
 NEXT_TURN = "Improve the program if you can. Answer with one Python program."
 
 
 class ChatFormat:
-    def __init__(self, tokenizer):
+    def __init__(self, tokenizer, system: str = SYSTEM):
         self.tok = tokenizer
+        self.system = system  # the system turn of a checkpoint's template (the built-in one has none)
         self.builtin = tokenizer.chat_template == BUILTIN_TEMPLATE
         # a stand-in conversation whose rendering precedes every observation: rendered once
         base = self._messages("P") + [{"role": "assistant", "content": "A"}]
@@ -33,7 +34,7 @@ class ChatFormat:
     def _messages(self, prompt: str) -> list[dict]:
         if self.builtin:
             return [{"role": "user", "content": prompt}]
-        return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}]
+        return [{"role": "system", "content": self.system}, {"role": "user", "content": prompt}]
 
     def prompt_ids(self, prompt: str) -> list[int]:
         return self.tok(self._render(self._messages(prompt), gen=True), add_special_tokens=False)["input_ids"]

@@ -21,6 +21,20 @@ if TYPE_CHECKING:
     from wmrl.domains.research.world_model import WorldModel
     from wmrl.rollout.types import Judgement, TrajectoryRecord, TurnItem
 
+# What a pretrained instruct model reads before every task: the two program interfaces, shown by example,
+# so that it can answer zero-shot. The task prompt after it says which interface, the data and the score.
+SYSTEM = """You are a machine-learning research agent. Answer with one Python program in a ```python block, nothing else.
+A build() task: define build() returning an unfitted scikit-learn estimator; the harness loads the data, fits and predicts. Example:
+```python
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from sklearn.linear_model import LogisticRegression
+
+def build():
+    return make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
+```
+Text columns in a DataFrame: encode them inside the estimator (a ColumnTransformer). A script task: read ./input/*.csv with pandas and write the submission file the task names."""
+
 # the statuses whose predicted feedback names an error (compared by type with the real one)
 FAILURES = (Status.RUNTIME_ERROR, Status.TIMEOUT, Status.NO_VALID_OUTPUT, Status.SYNTAX_ERROR, Status.MALFORMED)
 
@@ -33,6 +47,7 @@ class ResearchDomain:
     cache_dir: Path = field(default_factory=lambda: Path("~/.cache/wmrl").expanduser())
     log_path: Path | None = None  # the sandbox's execution log
     name: str = "research"
+    system: str = SYSTEM
 
     @property
     def slots(self) -> int:
@@ -107,7 +122,7 @@ class ResearchDomain:
         from wmrl.domains.research.warmstart import warm_start, warm_start_key
 
         tasks = self.suite.train_tasks()
-        key = warm_start_key(policy_cfg, key_tok, tasks, turns, seed)
+        key = warm_start_key(policy_cfg, key_tok + ("" if chat.builtin else chat.system), tasks, turns, seed)
         return warm_start(policy, chat, tasks, policy_cfg, turns, seed, self.cache_dir, key, progress)
 
     def rewind(self, step: int, replayed: set[tuple[int, int]]) -> None:

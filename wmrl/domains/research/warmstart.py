@@ -181,7 +181,7 @@ class FormatCheck(L.Callback):
     Training stops once that share stops rising: a pretrained model already writes Python and needs the format,
     not the grammar corpus by heart. Training prompts only: nothing held out steers the warm start."""
 
-    def __init__(self, chat, tasks: list, n: int, seed: int, max_new_tokens: int = 160):
+    def __init__(self, chat, tasks: list, n: int, seed: int, max_new_tokens: int = 96):  # demonstrated programs: <= 65 tokens
         self.chat, self.seed, self.max_new_tokens = chat, seed, max_new_tokens
         self.tasks = [tasks[i % len(tasks)] for i in range(n)]
         self.rates: list[float] = []
