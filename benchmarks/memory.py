@@ -127,13 +127,15 @@ def run_case(case: dict) -> dict:
 
 def run_smoke(arm: str, out: Path) -> dict:
     """A whole `train.py experiment=smoke` of the built-in policy; peak RSS of the trainer (GNU time)."""
-    d = out / f"smoke-{arm}"
-    d.mkdir(parents=True, exist_ok=True)
-    cmd = ["/usr/bin/time", "-f", "%M %e", sys.executable, str(ROOT / "train.py"), "experiment=smoke", *ARMS[arm],
-           f"run_dir={d}/runs", f"logger.tracking_uri=sqlite:///{d}/ml.db", f"task.cache_dir={out}/cache",
-           "trainer.progress_bar=false"]
-    r = subprocess.run(cmd, cwd=d, capture_output=True, text=True)
-    (d / "log.txt").write_text(r.stdout + r.stderr)
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix=f"wmrl-memory-smoke-{arm}-") as tmp:  # runs, MLflow, caches: not kept
+        d = Path(tmp)
+        cmd = ["/usr/bin/time", "-f", "%M %e", sys.executable, str(ROOT / "train.py"), "experiment=smoke", *ARMS[arm],
+               f"run_dir={d}/runs", f"logger.tracking_uri=sqlite:///{d}/ml.db", f"task.cache_dir={d}/cache",
+               "trainer.progress_bar=false"]
+        r = subprocess.run(cmd, cwd=d, capture_output=True, text=True)
+    (out / f"smoke-{arm}.log").write_text(r.stdout + r.stderr)
     if r.returncode != 0:
         return {"error": r.stderr[-2000:]}
     kb, wall = r.stderr.strip().splitlines()[-1].split()
