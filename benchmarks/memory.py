@@ -69,7 +69,8 @@ def build(kind: str, spec: dict, checkpoint: bool, overrides: list[str]):
     from wmrl.config import effective_policy, load_config
     from wmrl.policy.model import build_policy, load_pretrained, prepare_for_training, resolve_dtype
 
-    cfg = load_config(overrides + ([f"policy.model={spec.get('path', 'x')}"] if checkpoint else []))
+    # a random model built from a config trains as a checkpoint would: `policy.model` set selects policy.checkpoint.*
+    cfg = load_config(overrides + ([f"policy.model={spec.get('path', 'from-config')}"] if checkpoint else []))
     pcfg = effective_policy(cfg.policy)
     dtype = resolve_dtype(pcfg.dtype)
     torch.manual_seed(0)

@@ -65,10 +65,8 @@ def build_policy_and_tokenizer(cfg: DictConfig, domain: "Domain", cache_dir: Pat
     info = {"warm_start": False}
     if cfg.policy.warm_start:
         torch.manual_seed(seed)
-        # nothing else runs yet: the warm start may use every core of its rank, not the trainer's share
-        # (1 thread of 2 made a real checkpoint's warm start 2x slower)
-        before, world = torch.get_num_threads(), distributed.world_size(cfg.trainer)
-        torch.set_num_threads(cfg.threads if cfg.threads > 0 else max(1, (os.cpu_count() or 1) // world))
+        before = torch.get_num_threads()
+        torch.set_num_threads(warm_start_threads(cfg, distributed.world_size(cfg.trainer)))
         try:
             info = domain.warm_start(policy, chat, pcfg, cfg.rollout.turns, seed, key_tok, progress)
         finally:
@@ -185,6 +183,12 @@ def build(cfg: DictConfig, run_dir: Path, suite: "Suite", wrap_world_model: Call
 def trainer_threads(cfg: DictConfig, world: int) -> int:
     """torch threads of one rank: `threads`, or half the cores shared out over the ranks."""
     return cfg.threads if cfg.threads > 0 else max(1, (os.cpu_count() or 2) // 2 // world)
+
+
+def warm_start_threads(cfg: DictConfig, world: int) -> int:
+    """torch threads of one rank's warm start: `threads`, or every core shared out over the ranks. Nothing else
+    runs yet, so it need not leave cores to the sandbox (1 thread of 2 made a checkpoint's warm start 2x slower)."""
+    return cfg.threads if cfg.threads > 0 else max(1, (os.cpu_count() or 1) // world)
 
 
 def background_slots(cfg: DictConfig, world: int) -> int:
