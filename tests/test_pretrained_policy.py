@@ -185,7 +185,7 @@ def test_sampling_draws_each_token_at_its_probability_and_never_a_cut_one():
 
 def test_generation_samples_a_large_vocabulary_in_chunks_that_fit_its_memory_budget(tmp_path):
     """A 262k-vocabulary row costs ~17 MB to sample (64 rows at once: +1.07 GB on Gemma 3 270M); the built-in
-    policy's rows are cheap and keep the 128-row chunk. Chunking does not change what a row can be."""
+    policy's rows are cheap and keep the 128-row chunk. With no budget every row is still sampled, one at a time."""
     from types import SimpleNamespace
 
     from wmrl.generation.hf import HFGenerator
